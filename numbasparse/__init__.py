@@ -1,0 +1,10 @@
+"""numbasparse: sparse kernels for graph neural networks (SpMM, SDDMM), written in Numba."""
+from ._compat import check_numpy
+
+check_numpy()
+
+from .api import algorithms, sddmm, spmm  # noqa: E402
+from .csr import CSR  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["CSR", "algorithms", "sddmm", "spmm"]

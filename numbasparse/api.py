@@ -1,0 +1,154 @@
+"""Public functions: validation at the boundary, array-type handling, then dispatch."""
+import numpy as np
+import scipy.sparse as sp
+
+from . import arrays, dispatch
+from .csr import CSR, canonical_csr
+from .cuda.reductions import CODES
+
+REDUCTIONS = tuple(CODES)
+
+
+def _shape_of(A):
+    if isinstance(A, CSR):
+        return A.shape
+    if sp.issparse(A):
+        if A.ndim != 2:
+            raise ValueError(f"A must be 2-D, got {A.ndim}-D")
+        return A.shape
+    raise TypeError(f"A must be a scipy.sparse matrix or numbasparse.CSR, got {type(A).__name__}")
+
+
+def _check_csr_dtype(A, dtype, operand):
+    if A.dtype != dtype:
+        raise TypeError(
+            f"A is a {A.dtype} CSR but {operand} is {dtype}: use A.astype(np.{dtype}) once "
+            f"(or pass {operand} as {A.dtype})"
+        )
+
+
+def _host_csr(A, dtype, operand):
+    """Canonical scipy CSR of ``A`` with values of ``dtype`` (for the CPU backend)."""
+    if isinstance(A, CSR):
+        _check_csr_dtype(A, dtype, operand)
+        return A._host
+    return canonical_csr(A, dtype=dtype)
+
+
+def _device_csr(A, dtype, operand):
+    if isinstance(A, CSR):
+        _check_csr_dtype(A, dtype, operand)
+        return A
+    return CSR.from_scipy(A, dtype=dtype)
+
+
+def _overlap(a, b):
+    """True when two device arrays share memory (the kernels cannot run in place)."""
+    (pa, _), (pb, _) = a.__cuda_array_interface__["data"], b.__cuda_array_interface__["data"]
+    return pa < pb + b.nbytes and pb < pa + a.nbytes and a.nbytes and b.nbytes
+
+
+def _output(out, like, shape, dtype):
+    """(result object, array the kernel writes) for ``spmm``'s ``out=`` argument."""
+    if out is None:
+        if like.on_device:
+            return arrays.empty_like_framework(like, shape, dtype)
+        return None, None
+    o = arrays.dense(out, "out", len(shape))
+    if o.on_device != like.on_device:
+        raise TypeError("out must live where B does (both NumPy, or both CUDA arrays)")
+    if o.shape != shape or o.dtype != dtype:
+        raise ValueError(f"out must have shape {shape} and dtype {dtype}, got {o.shape} {o.dtype}")
+    if o.on_device:
+        if not dispatch.simulator_enabled() and _overlap(o.array, like.array):
+            raise ValueError("out must not share memory with B")
+        return out, o.array
+    if not isinstance(out, np.ndarray) or not out.flags.c_contiguous:
+        raise ValueError("out must be a C-contiguous NumPy array")
+    if np.shares_memory(out, like.original):
+        raise ValueError("out must not share memory with B")
+    return out, out
+
+
+def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
+    """Sparse-dense product with a reduction: ``C[i] = reduce_j a_ij * B[j]``.
+
+    A: scipy.sparse matrix/array (converted to canonical CSR) or :class:`CSR`, shape (M, K).
+    B: (K, N) float32/float64, a NumPy array or a CUDA array (Numba, CuPy, PyTorch).
+    reduce: "sum", "mean" (over the stored entries of the row), "max" or "min"; rows with
+        no stored entry give 0.
+    algorithm: "auto" or a name from ``algorithms("spmm")``.
+    backend: "auto" (CUDA for device arrays or when a GPU is present, else CPU), "cuda", "cpu".
+    out: optional (M, N) array of B's kind and dtype to write the result into.
+
+    Returns C (M, N), of B's dtype and kind: NumPy in, NumPy out; CuPy in, CuPy out; ...
+    """
+    if reduce not in CODES:
+        raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
+    b = arrays.dense(B, "B", 2)
+    m, k = _shape_of(A)
+    if b.shape[0] != k:
+        raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
+    algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1])
+    shape = (m, b.shape[1])
+    result, C = _output(out, b, shape, b.dtype)
+
+    if algo.backend == "cpu":
+        C = algo.run(_host_csr(A, b.dtype, "B"), b.array, reduce, out=C)
+        return arrays.host_result(b, C) if result is None else result
+
+    from numba import cuda
+
+    dev = _device_csr(A, b.dtype, "B")
+    if b.on_device:
+        algo.run(dev, b.array, C, reduce, stream=arrays.stream_of(b))
+        return result
+    C_dev = cuda.device_array(shape, dtype=b.dtype)
+    algo.run(dev, cuda.to_device(b.array), C_dev, reduce)
+    C = C_dev.copy_to_host(C) if C is not None else C_dev.copy_to_host()
+    return arrays.host_result(b, C) if result is None else result
+
+
+def sddmm(A, X, Y, *, algorithm="auto", backend="auto"):
+    """Sampled dense-dense product: ``a_ij * <X[i], Y[j]>`` for each stored entry (i, j) of A.
+
+    A: scipy.sparse matrix/array or :class:`CSR`, shape (M, N).
+    X: (M, K) and Y: (N, K), float32/float64, both NumPy arrays or both CUDA arrays.
+
+    Returns, for NumPy X/Y, a scipy.sparse.csr_matrix with A's canonical sparsity pattern
+    (sorted indices, duplicates summed); for CUDA X/Y, a 1-D array of X's framework holding
+    the nnz values in the order of ``CSR.from_scipy(A)``.
+    """
+    x = arrays.dense(X, "X", 2)
+    y = arrays.dense(Y, "Y", 2)
+    arrays.same_place(x, y)
+    if x.dtype != y.dtype:
+        raise TypeError(f"X and Y must have the same dtype, got {x.dtype} and {y.dtype}")
+    m, n = _shape_of(A)
+    if x.shape[0] != m or y.shape[0] != n:
+        raise ValueError(f"A is {m}x{n}, so X must have {m} rows and Y {n} rows; got X {x.shape}, Y {y.shape}")
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"X and Y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
+    algo = dispatch.resolve("sddmm", algorithm, backend, x.on_device, x.shape[1])
+
+    if algo.backend == "cpu":
+        host = _host_csr(A, x.dtype, "X")
+        values = algo.run(host, x.array, y.array)
+        return sp.csr_matrix((values, host.indices.copy(), host.indptr.copy()), shape=host.shape)
+
+    from numba import cuda
+
+    dev = _device_csr(A, x.dtype, "X")
+    if x.on_device:
+        result, values = arrays.empty_like_framework(x, (dev.nnz,), x.dtype)
+        algo.run(dev, x.array, y.array, values, stream=arrays.stream_of(x))
+        return result
+    values = cuda.device_array(dev.nnz, dtype=x.dtype)
+    algo.run(dev, cuda.to_device(x.array), cuda.to_device(y.array), values)
+    host = dev._host
+    return sp.csr_matrix((values.copy_to_host(), host.indices.copy(), host.indptr.copy()), shape=host.shape)
+
+
+def algorithms(op):
+    """Names that ``algorithm=`` accepts for ``op`` ("spmm" or "sddmm")."""
+    return dispatch.algorithms(op)

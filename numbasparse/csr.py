@@ -1,0 +1,112 @@
+"""Canonical CSR: the one conversion from user input, and the device-resident ``CSR``."""
+import numpy as np
+import scipy.sparse as sp
+
+VALUE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def index_dtype_for(shape, nnz):
+    """int32 when every index and offset fits, else int64."""
+    return np.dtype(np.int32) if max(shape[0], shape[1], nnz) <= _INT32_MAX else np.dtype(np.int64)
+
+
+def check_value_dtype(dtype, name):
+    dtype = np.dtype(dtype)
+    if dtype not in VALUE_DTYPES:
+        raise TypeError(f"{name} must have dtype float32 or float64, got {dtype}")
+    return dtype
+
+
+def canonical_csr(A, *, dtype=None, index_dtype=None, name="A"):
+    """A new scipy CSR matrix equal to ``A``: sorted indices, duplicates summed.
+
+    ``A`` itself is never modified.  ``dtype`` (float32/float64) defaults to float64 for
+    float64 input and float32 otherwise; ``index_dtype`` defaults to int32 where it fits.
+    """
+    if not sp.issparse(A):
+        raise TypeError(f"{name} must be a scipy.sparse matrix or numbasparse.CSR, got {type(A).__name__}")
+    if A.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got {A.ndim}-D")
+    if dtype is None:
+        dtype = np.float64 if A.dtype == np.float64 else np.float32
+    dtype = check_value_dtype(dtype, "dtype")
+    if A.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must have real numeric values, got {A.dtype}")
+    csr = sp.csr_matrix(A, dtype=dtype, copy=True)
+    csr.sum_duplicates()  # also sorts the indices
+    if index_dtype is None:
+        index_dtype = index_dtype_for(csr.shape, csr.nnz)
+    index_dtype = np.dtype(index_dtype)
+    if index_dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise TypeError(f"index_dtype must be int32 or int64, got {index_dtype}")
+    if index_dtype == np.int32 and index_dtype_for(csr.shape, csr.nnz) != np.int32:
+        raise ValueError(f"{name} is too large for int32 indices: use index_dtype=int64")
+    csr.indptr = csr.indptr.astype(index_dtype, copy=False)
+    csr.indices = csr.indices.astype(index_dtype, copy=False)
+    return csr
+
+
+class CSR:
+    """A canonical CSR matrix resident on the GPU.
+
+    Build it once with :meth:`from_scipy` and pass it wherever ``A`` is accepted, so that
+    repeated calls do not upload the graph again.  ``indptr``, ``indices`` and ``data`` are
+    Numba device arrays; a host copy (scipy) is kept for :meth:`to_scipy`, the CPU backend
+    and :meth:`transpose`.
+    """
+
+    def __init__(self, host):
+        from numba import cuda
+
+        self._host = host
+        self.indptr = cuda.to_device(host.indptr)
+        self.indices = cuda.to_device(host.indices)
+        self.data = cuda.to_device(host.data)
+
+    @classmethod
+    def from_scipy(cls, A, *, dtype=None, index_dtype=None):
+        """Upload ``A`` (any scipy.sparse matrix or array) in canonical CSR form.
+
+        dtype: float32 or float64 (default: float64 if ``A`` is float64, else float32).
+        index_dtype: int32 or int64 (default: int32 when nnz and both dimensions fit).
+        """
+        return cls(canonical_csr(A, dtype=dtype, index_dtype=index_dtype))
+
+    @property
+    def shape(self):
+        return self._host.shape
+
+    @property
+    def nnz(self):
+        return self._host.nnz
+
+    @property
+    def dtype(self):
+        return self._host.dtype
+
+    @property
+    def index_dtype(self):
+        return self._host.indices.dtype
+
+    def to_scipy(self):
+        """A scipy.sparse.csr_matrix copy of this matrix."""
+        return self._host.copy()
+
+    def transpose(self):
+        """``A^T`` as a new device-resident CSR (transposed on the host, then uploaded)."""
+        return CSR.from_scipy(self._host.T, dtype=self.dtype, index_dtype=self.index_dtype)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+    def astype(self, dtype):
+        """This matrix with values of another dtype (self if it already has it)."""
+        if np.dtype(dtype) == self.dtype:
+            return self
+        return CSR.from_scipy(self._host, dtype=dtype, index_dtype=self.index_dtype)
+
+    def __repr__(self):
+        return (f"<numbasparse.CSR {self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, "
+                f"{self.dtype}, indices {self.index_dtype}>")

@@ -1,0 +1,83 @@
+"""GE-SpMM (paper 003): coalesced row caching (CRC) and coarse-grained warp merging (CWM).
+
+Both kernels read A in CSR with no preprocessing and support every reduction of
+:mod:`numbasparse.cuda.reductions`.
+"""
+import functools
+
+import numpy as np
+from numba import cuda
+
+from . import launch, reductions
+from .intrinsics import syncwarp
+
+WARP = launch.WARP_SIZE
+
+
+@functools.lru_cache(maxsize=None)
+def spmm_crc_cwm_kernel(reduce_code, cf, value_dtype, index_dtype):
+    """Compile-once factory for the CRC kernel with coarsening factor ``cf`` (1 = plain CRC).
+
+    Thread mapping: one warp per (row of A, tile of ``32 * cf`` columns of B); lane ``l``
+    owns columns ``tile + l + 32 * c`` for ``c < cf``.
+
+    CRC (paper 003, Algorithm 2): the warp loads 32 entries of its sparse row into shared
+    memory with one coalesced access, then every lane consumes all 32 from there, reading
+    B row-wise (coalesced across lanes).  CWM (Algorithm 3): each thread produces ``cf``
+    outputs, so one load of the sparse row serves ``cf`` warps' worth of columns and the
+    ``cf`` independent loads of B are in flight together (ILP).
+    """
+    warps = launch.ROW_WARPS_PER_BLOCK
+    value_type = np.dtype(value_dtype).type
+    index_type = np.dtype(index_dtype).type
+    init = value_type(reductions.initial(reduce_code))
+    zero = value_type(0)
+    tile = WARP * cf
+    combine, finalize = reductions.combine, reductions.finalize
+
+    @cuda.jit
+    def spmm_crc_cwm(indptr, indices, data, B, C):
+        lane = cuda.threadIdx.x % WARP
+        warp = cuda.threadIdx.x // WARP
+        row = cuda.blockIdx.x * warps + warp
+        cached_col = cuda.shared.array(warps * WARP, index_type)
+        cached_val = cuda.shared.array(warps * WARP, value_type)
+        acc = cuda.local.array(cf, value_type)
+        if row >= C.shape[0]:
+            return  # the whole warp leaves together
+        n = C.shape[1]
+        col0 = cuda.blockIdx.y * tile + lane
+        for c in range(cf):
+            acc[c] = init
+        base = warp * WARP
+        start = indptr[row]
+        end = indptr[row + 1]
+        for chunk in range(start, end, WARP):
+            if chunk + lane < end:
+                cached_col[base + lane] = indices[chunk + lane]
+                cached_val[base + lane] = data[chunk + lane]
+            syncwarp()
+            for kk in range(min(WARP, end - chunk)):
+                k = cached_col[base + kk]
+                v = cached_val[base + kk]
+                for c in range(cf):
+                    j = col0 + c * WARP
+                    if j < n:
+                        acc[c] = combine(reduce_code, acc[c], v * B[k, j])
+            syncwarp()  # the next chunk overwrites the cache
+        for c in range(cf):
+            j = col0 + c * WARP
+            if j < n:
+                C[row, j] = finalize(reduce_code, acc[c], end - start, zero)
+
+    return spmm_crc_cwm
+
+
+def spmm_crc_cwm(A, B, C, reduce, *, cf, stream=0):
+    """Launch the CRC (cf=1) or CRC+CWM kernel: ``C = reduce(A @ B)``, all on the device."""
+    m, n = C.shape
+    if m == 0 or n == 0:
+        return
+    kernel = spmm_crc_cwm_kernel(reductions.CODES[reduce], cf, C.dtype.str, A.indices.dtype.str)
+    grid, block = launch.row_warp_grid(m, n, WARP * cf)
+    kernel[grid, block, stream](A.indptr, A.indices, A.data, B, C)

@@ -1,0 +1,1 @@
+"""Graph reorderings (Louvain clustering, LOA): not yet implemented, see the open issues."""

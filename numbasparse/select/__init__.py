@@ -1,0 +1,1 @@
+"""Per-window core selector (HC-SpMM): not yet implemented, see the open issues."""
