@@ -1,0 +1,1 @@
+"""Benchmark helpers (CUDA-event timing); the full harness is an open issue."""

@@ -1,0 +1,43 @@
+"""Test setup: use the Numba CUDA simulator when no GPU is found; skip ``gpu`` tests then."""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))  # for ``strategies``
+
+
+def _gpu_found():
+    probe = "from numba import cuda; print(cuda.is_available())"
+    try:
+        result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.stdout.strip().endswith("True")
+
+
+if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_found():
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # must happen before numba is imported
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# The simulator costs about 1 ms per simulated thread: few, tiny examples.
+settings.register_profile("numbasparse", max_examples=25, deadline=None, derandomize=False)
+settings.load_profile("numbasparse")
+
+
+def pytest_report_header(config):
+    from numbasparse import dispatch
+
+    return f"numbasparse: CUDA {'on a GPU' if dispatch.gpu_present() else 'on the simulator' if dispatch.simulator_enabled() else 'unavailable'}"
+
+
+def pytest_collection_modifyitems(config, items):
+    from numbasparse import dispatch
+
+    if dispatch.gpu_present():
+        return
+    skip = pytest.mark.skip(reason="needs a real CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,94 @@
+"""Real-GPU checks: larger graphs, CuPy and PyTorch arrays in and out (skipped without a GPU)."""
+import numpy as np
+import pytest
+
+import numbasparse as ns
+from numbasparse import graphs
+from numbasparse.reference import sddmm_reference, spmm_reference
+from strategies import assert_close
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def rmat():
+    return graphs.rmat(15, 16)
+
+
+@pytest.mark.parametrize("algorithm", ns.dispatch.algorithms("spmm", "cuda"))
+@pytest.mark.parametrize("reduce", ns.api.REDUCTIONS)
+@pytest.mark.parametrize("n, dtype, index_dtype", [(33, np.float32, np.int32), (128, np.float32, np.int64),
+                                                   (70, np.float64, np.int32)])
+def test_spmm_on_rmat(rmat, algorithm, reduce, n, dtype, index_dtype):
+    from numba import cuda
+
+    B = np.random.default_rng().standard_normal((rmat.shape[1], n)).astype(dtype)
+    A = ns.CSR.from_scipy(rmat, dtype=dtype, index_dtype=index_dtype)
+    out = cuda.to_device(np.full((rmat.shape[0], n), np.nan, dtype))
+    ns.spmm(A, cuda.to_device(B), reduce=reduce, algorithm=algorithm, out=out)
+    assert_close(out.copy_to_host(), spmm_reference(rmat, B, reduce), dtype)
+
+
+@pytest.mark.parametrize("k", [1, 32, 70])
+def test_sddmm_on_rmat(rmat, k):
+    rng = np.random.default_rng()
+    X = rng.standard_normal((rmat.shape[0], k)).astype(np.float32)
+    Y = rng.standard_normal((rmat.shape[1], k)).astype(np.float32)
+    S = ns.sddmm(rmat, X, Y, backend="cuda")
+    assert_close(S.data, sddmm_reference(rmat, X, Y), np.float32)
+
+
+def test_torch_in_torch_out_on_its_stream(rmat):
+    torch = pytest.importorskip("torch")
+    B = torch.randn(rmat.shape[1], 64, device="cuda")
+    A = ns.CSR.from_scipy(rmat)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        B2 = B * 2  # produced on the side stream; spmm must be ordered after it
+        C = ns.spmm(A, B2)
+        S = ns.sddmm(A, B2, B2)
+    stream.synchronize()
+    assert isinstance(C, torch.Tensor) and C.device == B.device and C.dtype == torch.float32
+    assert isinstance(S, torch.Tensor) and S.shape == (A.nnz,)
+    Bh = (B * 2).cpu().numpy()
+    assert_close(C.cpu().numpy(), spmm_reference(rmat, Bh), np.float32)
+    assert_close(S.cpu().numpy(), sddmm_reference(rmat, Bh, Bh), np.float32)
+
+
+def test_cupy_in_cupy_out(rmat):
+    cupy = pytest.importorskip("cupy")
+    B = cupy.random.standard_normal((rmat.shape[1], 33), dtype=cupy.float64)
+    C = ns.spmm(rmat, B, reduce="max")
+    assert isinstance(C, cupy.ndarray) and C.dtype == cupy.float64
+    assert_close(cupy.asnumpy(C), spmm_reference(rmat, cupy.asnumpy(B), "max"), np.float64)
+
+
+def test_non_contiguous_device_array_is_refused(rmat):
+    torch = pytest.importorskip("torch")
+    B = torch.randn(64, rmat.shape[1], device="cuda").T
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ns.spmm(rmat, B)
+
+
+def test_device_out_aliasing_B_is_refused():
+    torch = pytest.importorskip("torch")
+    import scipy.sparse as sp
+
+    B = torch.randn(8, 8, device="cuda")
+    with pytest.raises(ValueError, match="share memory"):
+        ns.spmm(sp.identity(8, format="csr", dtype=np.float32), B, out=B)
+
+
+def test_crc_kernel_keeps_accumulators_in_registers():
+    """CWM's per-thread accumulator array must not spill to local memory (no STL/LDL)."""
+    from numbasparse.cuda import crc
+
+    kernel = crc.spmm_crc_cwm_kernel(0, 4, "<f4", "<i4")
+    A = ns.CSR.from_scipy(graphs.rmat(8, 4))
+    from numba import cuda
+
+    B = cuda.to_device(np.ones((A.shape[1], 128), np.float32))
+    C = cuda.device_array((A.shape[0], 128), np.float32)
+    crc.spmm_crc_cwm(A, B, C, "sum", cf=4)
+    sass = "\n".join(kernel.inspect_sass().values()) if isinstance(kernel.inspect_sass(), dict) else kernel.inspect_sass()
+    assert "STL" not in sass and "LDL" not in sass

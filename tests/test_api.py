@@ -1,0 +1,192 @@
+"""The public API: results through every path, validation at the boundary, inputs untouched."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given
+from hypothesis import strategies as st
+from numba import cuda
+
+import numbasparse as ns
+from numbasparse.reference import sddmm_reference, spmm_reference
+from strategies import N_COLS, assert_close, graphs, random_dense
+
+BACKENDS = ["cpu", "cuda"]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng()
+
+
+@pytest.fixture
+def small(rng):
+    A = sp.random(9, 6, density=0.4, format="csr", random_state=rng, dtype=np.float64)
+    return A, random_dense(rng, (6, 5), np.float32)
+
+
+@given(A=graphs(), n=st.sampled_from(N_COLS), reduce=st.sampled_from(ns.api.REDUCTIONS),
+       algorithm=st.sampled_from(ns.algorithms("spmm")), seed=st.integers(0, 2**32 - 1))
+def test_spmm_every_algorithm_through_api(A, n, reduce, algorithm, seed):
+    B = random_dense(np.random.default_rng(seed), (A.shape[1], n), np.float32)
+    assert_close(ns.spmm(A, B, reduce=reduce, algorithm=algorithm), spmm_reference(A, B, reduce), np.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spmm_writes_into_out(backend, small):
+    A, B = small
+    out = np.full((9, 5), np.nan, np.float32)
+    assert ns.spmm(A, B, out=out, backend=backend) is out
+    assert_close(out, spmm_reference(A, B), np.float32)
+
+
+def test_spmm_device_arrays_in_device_arrays_out(small):
+    A, B = small
+    out = cuda.to_device(np.full((9, 5), np.nan, np.float32))
+    result = ns.spmm(ns.CSR.from_scipy(A, dtype=np.float32), cuda.to_device(B), out=out)
+    assert result is out
+    assert_close(out.copy_to_host(), spmm_reference(A, B), np.float32)
+    fresh = ns.spmm(A, cuda.to_device(B))
+    assert not isinstance(fresh, np.ndarray)
+    assert_close(fresh.copy_to_host(), spmm_reference(A, B), np.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sddmm_returns_csr_with_canonical_pattern(backend, rng):
+    # duplicates and unsorted indices in the input: the result follows the canonical form
+    A = sp.csr_matrix((np.array([1.0, 2.0, 3.0, 4.0]), np.array([2, 0, 2, 1]), np.array([0, 3, 4])), shape=(2, 3))
+    X, Y = random_dense(rng, (2, 4), np.float64), random_dense(rng, (3, 4), np.float64)
+    S = ns.sddmm(A, X, Y, backend=backend)
+    assert isinstance(S, sp.csr_matrix) and S.has_sorted_indices and S.nnz == 3
+    assert_close(S.toarray(), A.toarray() * (X @ Y.T), np.float64)
+
+
+def test_sddmm_device_arrays_give_values_in_csr_order(rng):
+    A = sp.random(7, 5, density=0.5, format="csr", random_state=rng)
+    X, Y = random_dense(rng, (7, 3), np.float32), random_dense(rng, (5, 3), np.float32)
+    values = ns.sddmm(ns.CSR.from_scipy(A, dtype=np.float32), cuda.to_device(X), cuda.to_device(Y))
+    assert_close(values.copy_to_host(), sddmm_reference(A, X, Y), np.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inputs_are_not_modified(backend, rng):
+    A = sp.csr_matrix((np.array([1.0, 2.0, 3.0]), np.array([2, 0, 2]), np.array([0, 3, 3])), shape=(2, 3))
+    before = (A.data.copy(), A.indices.copy(), A.indptr.copy())
+    B = random_dense(rng, (3, 4), np.float32)
+    B_before = B.copy()
+    ns.spmm(A, B, backend=backend)
+    ns.sddmm(A, random_dense(rng, (2, 4), np.float32), B, backend=backend)
+    for a, b in zip((A.data, A.indices, A.indptr), before):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(B, B_before)
+
+
+def test_non_contiguous_numpy_input_is_accepted(small):
+    A, B = small
+    Bt = np.asfortranarray(B)
+    assert_close(ns.spmm(A, Bt, backend="cpu"), spmm_reference(A, B), np.float32)
+
+
+def test_scipy_sparse_array_and_coo_are_accepted(small):
+    A, B = small
+    for form in (sp.csr_array(A), A.tocoo(), A.tocsc()):
+        assert_close(ns.spmm(form, B, backend="cpu"), spmm_reference(A, B), np.float32)
+
+
+def test_csr_roundtrip_and_transpose(rng):
+    A = sp.random(6, 4, density=0.5, format="csr", random_state=rng)
+    dev = ns.CSR.from_scipy(A)
+    assert dev.shape == (6, 4) and dev.nnz == A.nnz and dev.dtype == np.float64
+    assert (dev.to_scipy() != A).nnz == 0
+    assert (dev.transpose().to_scipy() != A.T).nnz == 0
+    assert ns.CSR.from_scipy(A, index_dtype=np.int64).indices.dtype == np.int64
+    assert ns.CSR.from_scipy(A.astype(np.float32)).dtype == np.float32
+
+
+def test_algorithms_lists_accepted_names():
+    assert {"crc", "crc_cwm2", "crc_cwm4", "cpu_rows"} <= set(ns.algorithms("spmm"))
+    assert {"warp_row", "cpu_rows"} <= set(ns.algorithms("sddmm"))
+    with pytest.raises(ValueError, match="op"):
+        ns.algorithms("gemm")
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(reduce="prod"), ValueError, "reduce"),
+    (dict(algorithm="fast"), ValueError, "algorithm"),
+    (dict(backend="tpu"), ValueError, "backend"),
+    (dict(algorithm="crc", backend="cpu"), ValueError, "backend"),
+    (dict(out=np.zeros((9, 4), np.float32)), ValueError, "out"),
+    (dict(out=np.zeros((9, 5), np.float64)), ValueError, "out"),
+])
+def test_spmm_rejects_bad_arguments(small, kwargs, error, match):
+    A, B = small
+    with pytest.raises(error, match=match):
+        ns.spmm(A, B, **kwargs)
+
+
+@pytest.mark.parametrize("B, error, match", [
+    (np.zeros((6,), np.float32), ValueError, "B must be 2-D"),
+    (np.zeros((5, 3), np.float32), ValueError, "A has 6 columns but B has 5 rows"),
+    (np.zeros((6, 3), np.int32), TypeError, "B must have dtype float32 or float64"),
+    (np.zeros((6, 3), np.float16), TypeError, "B must have dtype"),
+    ([[1.0] * 3] * 6, TypeError, "B must be a NumPy array or a CUDA array"),
+])
+def test_spmm_rejects_bad_B(small, B, error, match):
+    A, _ = small
+    with pytest.raises(error, match=match):
+        ns.spmm(A, B)
+
+
+def test_spmm_rejects_bad_A(small):
+    _, B = small
+    with pytest.raises(TypeError, match="A must be a scipy.sparse matrix"):
+        ns.spmm(np.ones((6, 6)), B)
+
+
+def test_csr_dtype_mismatch_is_explained(small):
+    A, B = small
+    with pytest.raises(TypeError, match="astype"):
+        ns.spmm(ns.CSR.from_scipy(A, dtype=np.float64), B)
+
+
+def test_device_out_must_match_B_kind(small):
+    A, B = small
+    with pytest.raises(TypeError, match="out"):
+        ns.spmm(A, cuda.to_device(B), out=np.zeros((9, 5), np.float32))
+
+
+def test_cpu_backend_refuses_device_arrays(small):
+    A, B = small
+    with pytest.raises(ValueError, match="backend='cpu'"):
+        ns.spmm(A, cuda.to_device(B), backend="cpu")
+
+
+def test_out_aliasing_B_is_refused(rng):
+    A = sp.identity(4, format="csr")
+    B = random_dense(rng, (4, 4), np.float32)
+    with pytest.raises(ValueError, match="share memory"):
+        ns.spmm(A, B, out=B, backend="cpu")
+
+
+@pytest.mark.parametrize("X, Y, error, match", [
+    (np.zeros((9, 3)), np.zeros((6, 4)), ValueError, "same number of columns"),
+    (np.zeros((8, 3)), np.zeros((6, 3)), ValueError, "X must have 9 rows"),
+    (np.zeros((9, 3)), np.zeros((6, 3), np.float32), TypeError, "same dtype"),
+    (np.zeros((9, 3), np.int64), np.zeros((6, 3)), TypeError, "X must have dtype"),
+])
+def test_sddmm_rejects_bad_operands(small, X, Y, error, match):
+    A, _ = small
+    with pytest.raises(error, match=match):
+        ns.sddmm(A, X, Y)
+
+
+def test_sddmm_refuses_mixed_host_and_device(small):
+    A, _ = small
+    X = np.ones((9, 3), np.float32)
+    with pytest.raises(TypeError, match="all be host"):
+        ns.sddmm(A, X, cuda.to_device(np.ones((6, 3), np.float32)))
+
+
+def test_complex_A_is_refused(small):
+    A, B = small
+    with pytest.raises(TypeError, match="A must have real"):
+        ns.spmm(A.astype(np.complex64), B)
