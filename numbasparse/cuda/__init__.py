@@ -3,3 +3,24 @@
 Each module holds compile-once kernel factories and a host-side launcher that takes a
 :class:`numbasparse.CSR` and device arrays; :mod:`numbasparse.dispatch` picks among them.
 """
+
+
+def kernel_configs():
+    """(name, kernel, signature) for every kernel configuration the library compiles, for
+    ahead-of-time checks (``tools/kernel_report.py``, ``tests/cuda/test_compile.py``)."""
+    import numba
+    import numpy as np
+
+    from . import crc, reductions, sddmm_warp
+
+    configs = []
+    for value, index in (("<f4", "<i4"), ("<f8", "<i8")):
+        V, I = numba.from_dtype(np.dtype(value)), numba.from_dtype(np.dtype(index))
+        csr = (I[::1], I[::1], V[::1])
+        for reduce, code in reductions.CODES.items():
+            for cf in (1, 2, 4):
+                configs.append((f"spmm_crc_cwm cf={cf} {reduce} {value}/{index}",
+                                crc.spmm_crc_cwm_kernel(code, cf, value, index), (*csr, V[:, ::1], V[:, ::1])))
+        configs.append((f"sddmm_warp_row {value}/{index}", sddmm_warp.sddmm_warp_row_kernel(value),
+                        (*csr, V[:, ::1], V[:, ::1], V[::1])))
+    return configs

@@ -5,6 +5,7 @@ Both kernels read A in CSR with no preprocessing and support every reduction of
 """
 import functools
 
+import numba
 import numpy as np
 from numba import cuda
 
@@ -28,10 +29,11 @@ def spmm_crc_cwm_kernel(reduce_code, cf, value_dtype, index_dtype):
     ``cf`` independent loads of B are in flight together (ILP).
     """
     warps = launch.ROW_WARPS_PER_BLOCK
-    value_type = np.dtype(value_dtype).type
-    index_type = np.dtype(index_dtype).type
-    init = value_type(reductions.initial(reduce_code))
-    zero = value_type(0)
+    cache_size = warps * WARP  # shared-memory shapes must be compile-time constants
+    value_type = numba.from_dtype(np.dtype(value_dtype))
+    index_type = numba.from_dtype(np.dtype(index_dtype))
+    init = np.dtype(value_dtype).type(reductions.initial(reduce_code))
+    zero = np.dtype(value_dtype).type(0)
     tile = WARP * cf
     combine, finalize = reductions.combine, reductions.finalize
 
@@ -40,8 +42,8 @@ def spmm_crc_cwm_kernel(reduce_code, cf, value_dtype, index_dtype):
         lane = cuda.threadIdx.x % WARP
         warp = cuda.threadIdx.x // WARP
         row = cuda.blockIdx.x * warps + warp
-        cached_col = cuda.shared.array(warps * WARP, index_type)
-        cached_val = cuda.shared.array(warps * WARP, value_type)
+        cached_col = cuda.shared.array(cache_size, index_type)
+        cached_val = cuda.shared.array(cache_size, value_type)
         acc = cuda.local.array(cf, value_type)
         if row >= C.shape[0]:
             return  # the whole warp leaves together

@@ -1,0 +1,62 @@
+"""Compile every kernel configuration for sm_90 without a GPU and report its resources.
+
+    python tools/kernel_report.py            # needs numba-cuda's NVVM and ptxas (pip install ".[cu12]")
+
+For each kernel: registers, stack frame and spill bytes (from ``ptxas -v``), and the widest
+global load in the PTX (``ld.global.v2``/``.v4`` = vectorized).  Used to check that per-thread
+accumulator arrays stay in registers and which loads Numba vectorizes.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+from numba import cuda  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from numbasparse.cuda import kernel_configs  # noqa: E402
+
+
+def ptxas_path():
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    import nvidia.cuda_nvcc  # the pip CUDA toolkit
+
+    return str(Path(nvidia.cuda_nvcc.__path__[0]) / "bin" / "ptxas")
+
+
+def report(name, kernel, signature, ptxas):
+    ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))
+    loads = re.findall(r"ld\.global(?:\.nc)?(?:\.v(\d))?\.(?:[fbsu])(\d+)", ptx)
+    widest = max((int(v or 1) * int(bits) for v, bits in loads), default=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        out = subprocess.run([ptxas, "-arch=sm_90", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+                             capture_output=True, text=True, check=True).stderr
+    regs = re.search(r"Used (\d+) registers", out)
+    stack = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", out)
+    return (name, int(regs.group(1)) if regs else -1, *(int(x) for x in stack.groups()), widest)
+
+
+def main():
+    ptxas = ptxas_path()
+    print(f"{'kernel':<44} {'regs':>5} {'stack':>6} {'spill_st':>8} {'spill_ld':>8} {'widest load (bits)':>19}")
+    bad = 0
+    for name, kernel, signature in kernel_configs():
+        row = report(name, kernel, signature, ptxas)
+        bad += row[3] > 0
+        print(f"{row[0]:<44} {row[1]:>5} {row[2]:>6} {row[3]:>8} {row[4]:>8} {row[5]:>19}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
