@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 
 from . import cpu
-from .cuda import crc, sddmm_warp
+from .cuda import crc, hp, sddmm_warp
 
 BACKENDS = ("auto", "cuda", "cpu")
 
@@ -31,12 +31,16 @@ SPMM = _table(
               "GE-SpMM CRC + coarse-grained warp merging, 2 columns per thread"),
     Algorithm("crc_cwm4", "cuda", functools.partial(crc.spmm_crc_cwm, cf=4),
               "GE-SpMM CRC + coarse-grained warp merging, 4 columns per thread"),
+    Algorithm("hp", "cuda", hp.spmm_hp,
+              "HP-SpMM hybrid node/edge parallel, equal nonzeros per warp, vector loads"),
     Algorithm("cpu_rows", "cpu", cpu.spmm_rows, "numba.njit(parallel=True), rows across cores"),
 )
 
 SDDMM = _table(
     Algorithm("warp_row", "cuda", sddmm_warp.sddmm_warp_row,
               "one warp per row, shuffle-reduced dot products"),
+    Algorithm("hp", "cuda", hp.sddmm_hp,
+              "HP-SDDMM hybrid parallel, equal nonzeros per warp, lane groups sized to K"),
     Algorithm("cpu_rows", "cpu", cpu.sddmm_rows, "numba.njit(parallel=True), rows across cores"),
 )
 
@@ -75,11 +79,9 @@ def simulator_enabled():
 def _auto_name(op, backend, n_cols):
     if backend == "cpu":
         return "cpu_rows"
-    if op == "sddmm":
-        return "warp_row"
-    # GE-SpMM section III-D: CWM pays only when a warp covers more than 32 columns;
-    # its evaluation found CF = 2 the best single choice.
-    return "crc" if n_cols <= 32 else "crc_cwm2"
+    # HP kernels balance work by nonzeros, so they do not stall on heavy rows (see
+    # BENCHMARKS.md for the measurements behind this rule).
+    return "hp"
 
 
 def resolve(op, algorithm, backend, on_device, n_cols):

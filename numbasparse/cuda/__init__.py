@@ -11,7 +11,7 @@ def kernel_configs():
     import numba
     import numpy as np
 
-    from . import crc, reductions, sddmm_warp
+    from . import crc, hp, reductions, sddmm_warp
 
     configs = []
     for value, index in (("<f4", "<i4"), ("<f8", "<i8")):
@@ -21,6 +21,15 @@ def kernel_configs():
             for cf in (1, 2, 4):
                 configs.append((f"spmm_crc_cwm cf={cf} {reduce} {value}/{index}",
                                 crc.spmm_crc_cwm_kernel(code, cf, value, index), (*csr, V[:, ::1], V[:, ::1])))
+            for vec, cf in ((1, 1), (2, 1), (4, 1), (4, 2), (2, 2)):
+                configs.append((f"spmm_hp vec={vec} cf={cf} {reduce} {value}/{index}",
+                                hp.spmm_hp_kernel(code, vec, cf, value, index),
+                                (*csr, V[:, ::1], V[:, ::1], numba.int64)))
+        configs.append((f"fill_rows {value}", hp.fill_rows_kernel(value), (I[::1], V[:, ::1], V, V)))
+        for vec, group in ((1, 1), (4, 8), (4, 32), (2, 32)):
+            configs.append((f"sddmm_hp vec={vec} group={group} {value}/{index}",
+                            hp.sddmm_hp_kernel(vec, group, value),
+                            (*csr, V[:, ::1], V[:, ::1], V[::1], numba.int64)))
         configs.append((f"sddmm_warp_row {value}/{index}", sddmm_warp.sddmm_warp_row_kernel(value),
                         (*csr, V[:, ::1], V[:, ::1], V[::1])))
     return configs

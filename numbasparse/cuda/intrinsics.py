@@ -8,7 +8,7 @@ per-block table between two such barriers.
 """
 import threading
 
-from numba import cuda
+from numba import cuda, types
 from numba.cuda import config
 
 FULL_MASK = 0xFFFFFFFF
@@ -49,6 +49,53 @@ else:  # pragma: no cover - exercised only under the simulator
 
     def shfl_idx(value, lane):
         return _exchange(value, lambda _: lane)
+
+
+def _make_vector_load(width):
+    """An intrinsic ``load(arr, i, j) -> tuple`` of ``arr[i, j:j + width]`` as ONE vector
+    load (``ld.global.v2``/``.v4``: 8 or 16 bytes).  Numba emits only scalar loads for
+    array indexing, so this builds the LLVM vector load directly.  The caller guarantees
+    that ``arr[i, j]`` is aligned to ``width`` elements (row length and base pointer)."""
+    from llvmlite import ir
+    from numba.core import cgutils
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def load(typingctx, arr, i, j):
+        signature = types.UniTuple(arr.dtype, width)(arr, i, j)
+
+        def codegen(context, builder, sig, args):
+            arr_type = sig.args[0]
+            array = context.make_array(arr_type)(context, builder, args[0])
+            index = [context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2)]
+            ptr = cgutils.get_item_pointer(context, builder, arr_type, array, index)
+            vector_type = ir.VectorType(context.get_data_type(arr_type.dtype), width)
+            align = width * arr_type.dtype.bitwidth // 8
+            vector = builder.load(builder.bitcast(ptr, vector_type.as_pointer()), align=align)
+            items = [builder.extract_element(vector, ir.Constant(ir.IntType(32), k)) for k in range(width)]
+            return context.make_tuple(builder, sig.return_type, items)
+
+        return signature, codegen
+
+    return load
+
+
+def _make_python_vector_load(width):  # pragma: no cover - simulator only
+    def load(arr, i, j):
+        return tuple(arr[i, j + k] for k in range(width))
+
+    return load
+
+
+_vector_loads = {}
+
+
+def vector_load(width):
+    """``load(arr, i, j)`` returning ``arr[i, j:j + width]`` as a tuple, width 1, 2 or 4."""
+    if width not in _vector_loads:
+        make = _make_python_vector_load if config.ENABLE_CUDASIM else _make_vector_load
+        _vector_loads[width] = make(width)
+    return _vector_loads[width]
 
 
 @cuda.jit(device=True, inline="always")

@@ -23,3 +23,66 @@ def sm_count():
     """Number of streaming multiprocessors of the current device (1 on the simulator)."""
     device = cuda.get_current_device()
     return int(getattr(device, "MULTIPROCESSOR_COUNT", 1))
+
+
+#: Warps per thread block of the hybrid-parallel (HP) kernels.
+HP_WARPS_PER_BLOCK = 4
+#: Candidate nonzeros per warp for HP kernels (paper 000, section III-B2), largest first.
+HP_NNZ_PER_WARP = (512, 256, 128, 64, 32)
+#: DTP's scale factor alpha: ask for at least this many full waves of blocks.
+HP_WAVES = 2
+
+
+def vector_width(n_cols, itemsize, *arrays):
+    """Widest of 4, 2, 1 elements such that every row of each 2-D array starts on a
+    ``width * itemsize``-byte boundary (so vector loads are aligned): ``n_cols`` must be a
+    multiple of the width and each array's base address aligned to it."""
+    for width in (4, 2):
+        if n_cols % width == 0 and all(_address(a) % (width * itemsize) == 0 for a in arrays):
+            return width
+    return 1
+
+
+def hp_columns_per_lane(n_cols, itemsize, B):
+    """(vec, cf) for HP-SpMM: each lane reads ``cf`` aligned vectors of ``vec`` columns.
+    The vector is as wide as alignment allows without idling lanes (32 * vec <= n_cols),
+    and cf = 2 lets one pass over the nonzeros cover up to 256 float32 columns."""
+    vec = vector_width(n_cols, itemsize, B)
+    while vec > 1 and WARP_SIZE * vec > n_cols:
+        vec //= 2
+    cf = 2 if n_cols > WARP_SIZE * vec else 1
+    return vec, cf
+
+
+def _address(array):
+    interface = getattr(array, "__cuda_array_interface__", None)
+    return interface["data"][0] if interface else 0  # the simulator: any alignment works
+
+
+def device_limits():
+    """(SM count, max threads per SM, registers per SM) of the current device."""
+    device = cuda.get_current_device()
+    return (int(getattr(device, "MULTIPROCESSOR_COUNT", 1)),
+            int(getattr(device, "MAX_THREADS_PER_MULTI_PROCESSOR", 2048)),
+            int(getattr(device, "MAX_REGISTERS_PER_MULTIPROCESSOR", 65536)))
+
+
+def blocks_per_sm(threads_per_block, registers_per_thread):
+    """Active blocks per SM, limited by threads and registers (paper 000, Eq. 3)."""
+    _, max_threads, max_registers = device_limits()
+    by_threads = max_threads // threads_per_block
+    by_registers = max_registers // max(1, registers_per_thread * threads_per_block)
+    return max(1, min(by_threads, by_registers, 32))
+
+
+def hp_nnz_per_warp(nnz, n_tiles, registers_per_thread=64):
+    """Dynamic Task Partition (paper 000, Eq. 4-5): the largest candidate nonzeros-per-warp
+    that still launches HP_WAVES full waves of blocks on this GPU, so that small and
+    sampled graphs fill every SM; the smallest candidate when even that cannot."""
+    sms = device_limits()[0]
+    threads = HP_WARPS_PER_BLOCK * WARP_SIZE
+    full_wave = sms * blocks_per_sm(threads, registers_per_thread)
+    for candidate in HP_NNZ_PER_WARP:
+        if cdiv(nnz, candidate * HP_WARPS_PER_BLOCK) * n_tiles >= HP_WAVES * full_wave:
+            return candidate
+    return HP_NNZ_PER_WARP[-1]

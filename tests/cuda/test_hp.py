@@ -1,0 +1,77 @@
+"""HP-SpMM on the simulator (or a GPU): every reduction, split rows, vector widths, DTP."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numba import cuda
+
+from numbasparse import CSR
+from numbasparse.cuda import hp, launch
+from numbasparse.reference import sddmm_reference, spmm_reference
+from strategies import N_COLS, assert_close, graphs, random_dense
+
+REDUCTIONS = ("sum", "mean", "max", "min")
+
+
+def run_hp(A, B, reduce, nnz_per_warp=None, index_dtype=None):
+    dev = CSR.from_scipy(A, dtype=B.dtype, index_dtype=index_dtype)
+    C = cuda.to_device(np.full((A.shape[0], B.shape[1]), np.nan, B.dtype))  # poisoned
+    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_warp=nnz_per_warp)
+    return C.copy_to_host()
+
+
+@given(A=graphs(), n=st.sampled_from(N_COLS + (128, 260)), reduce=st.sampled_from(REDUCTIONS),
+       nnz_per_warp=st.sampled_from([1, 5, 32, 64, None]),
+       dtype=st.sampled_from([np.float32, np.float64]),
+       index_dtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2**32 - 1))
+def test_hp_matches_reference(A, n, reduce, nnz_per_warp, dtype, index_dtype, seed):
+    B = random_dense(np.random.default_rng(seed), (A.shape[1], n), dtype)
+    C = run_hp(A, B, reduce, nnz_per_warp, index_dtype)
+    assert_close(C, spmm_reference(A, B, reduce), dtype)
+
+
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+def test_row_split_across_many_warps(reduce):
+    """One heavy row cut into 7-entry pieces: every piece combines atomically."""
+    rng = np.random.default_rng()
+    dense = np.zeros((4, 90))
+    dense[1] = rng.standard_normal(90)
+    dense[3, :5] = rng.standard_normal(5)
+    A = sp.csr_matrix(dense)
+    B = random_dense(rng, (90, 33), np.float32)
+    C = run_hp(A, B, reduce, nnz_per_warp=7)
+    assert np.all(C[[0, 2]] == 0)  # empty rows
+    assert_close(C, spmm_reference(A, B, reduce), np.float32)
+
+
+def test_columns_per_lane_rules():
+    assert launch.hp_columns_per_lane(32, 4, None) == (1, 1)
+    assert launch.hp_columns_per_lane(64, 4, None) == (2, 1)
+    assert launch.hp_columns_per_lane(128, 4, None) == (4, 1)
+    assert launch.hp_columns_per_lane(256, 4, None) == (4, 2)
+    assert launch.hp_columns_per_lane(70, 4, None) == (2, 2)
+    assert launch.hp_columns_per_lane(33, 4, None) == (1, 2)
+
+
+def test_dtp_shrinks_work_per_warp_for_small_graphs(monkeypatch):
+    monkeypatch.setattr(launch, "device_limits", lambda: (132, 2048, 65536))
+    big = launch.hp_nnz_per_warp(30_000_000, 1)
+    small = launch.hp_nnz_per_warp(50_000, 1)
+    assert big == max(launch.HP_NNZ_PER_WARP)
+    assert small == min(launch.HP_NNZ_PER_WARP)
+    assert launch.hp_nnz_per_warp(3_000_000, 1) < big
+
+
+@settings(max_examples=12)  # simulated shuffles are slow
+@given(A=graphs(max_rows=8, max_cols=40), k=st.sampled_from([0, 1, 7, 32, 33, 70, 128]),
+       nnz_per_warp=st.sampled_from([1, 3, 32, None]), dtype=st.sampled_from([np.float32, np.float64]),
+       index_dtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2**32 - 1))
+def test_hp_sddmm_matches_reference(A, k, nnz_per_warp, dtype, index_dtype, seed):
+    rng = np.random.default_rng(seed)
+    X = random_dense(rng, (A.shape[0], k), dtype)
+    Y = random_dense(rng, (A.shape[1], k), dtype)
+    dev = CSR.from_scipy(A, dtype=dtype, index_dtype=index_dtype)
+    out = cuda.to_device(np.full(dev.nnz, np.nan, dtype))  # poisoned
+    hp.sddmm_hp(dev, cuda.to_device(X), cuda.to_device(Y), out, nnz_per_warp=nnz_per_warp)
+    assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), dtype)
