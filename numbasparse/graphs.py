@@ -87,6 +87,22 @@ def powerlaw(n_nodes, avg_degree=16.0, exponent=2.1, seed=0):
                            degree_exponent=exponent, seed=seed)
 
 
+def sample_subgraphs(A, count, min_nodes=1000, max_nodes=10000, seed=0):
+    """GraphSAINT-style node sampling: ``count`` induced subgraphs of A, each on a node set
+    of a size drawn uniformly from [min_nodes, max_nodes], nodes drawn without replacement
+    with probability proportional to degree (||A[:, v]||^2 for a 0/1 graph)."""
+    rng = np.random.default_rng(seed)
+    degree = np.diff(sp.csc_matrix(A).indptr).astype(np.float64)
+    p = (degree + 1e-12) / (degree + 1e-12).sum()
+    subgraphs = []
+    for _ in range(count):
+        size = int(rng.integers(min_nodes, max_nodes + 1))
+        size = min(size, int(np.count_nonzero(degree)) or A.shape[0])
+        nodes = np.sort(rng.choice(A.shape[0], size, replace=False, p=p))
+        subgraphs.append(sp.csr_matrix(A[nodes][:, nodes]))
+    return subgraphs
+
+
 def load_npz_dir(directory):
     """{name: CSR} for every ``*.npz`` (scipy sparse) file in ``directory``, sorted by name."""
     directory = Path(directory)

@@ -1,0 +1,130 @@
+"""``python -m numbasparse.bench``: numbasparse against cuSPARSE and PyG-style scatter on a GPU.
+
+Examples::
+
+    python -m numbasparse.bench                                   # bundled graph, N=32..256
+    python -m numbasparse.bench --graphs rmat:16,rmat:18 --data ../shared/data --out r.json
+    python -m numbasparse.bench --graphs none --sampled rmat:18 --sampled-count 40
+"""
+import argparse
+import datetime
+import sys
+import time
+
+from .. import dispatch, graphs
+from . import harness, report
+from .baselines import BASELINES, YARDSTICK
+
+
+def _list(text, cast=str):
+    return [cast(x) for x in text.split(",") if x]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m numbasparse.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--graphs", default="default",
+                   help="comma-separated specs: default, rmat:SCALE[:EF], powerlaw:N[:DEG], FILE.npz, or none")
+    p.add_argument("--data", help="also every *.npz scipy CSR graph in this directory")
+    p.add_argument("--n", type=lambda t: _list(t, int), default=[32, 64, 128, 256], help="dense widths, e.g. 32,64")
+    p.add_argument("--ops", type=_list, default=["spmm", "sddmm"])
+    p.add_argument("--reduce", type=_list, default=["sum"], help="SpMM reductions, e.g. sum,mean,max,min")
+    p.add_argument("--algorithms", type=_list, default=None, help="numbasparse algorithms (default: all CUDA ones)")
+    p.add_argument("--baselines", type=_list, default=list(BASELINES), help="comma list, or 'none'")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--sampled", help="graph spec to draw GraphSAINT-style subgraphs from")
+    p.add_argument("--sampled-count", type=int, default=32)
+    p.add_argument("--sampled-nodes", type=lambda t: _list(t, int), default=[1000, 10000], help="MIN,MAX nodes")
+    p.add_argument("--out", help="write all rows and metadata as JSON here")
+    p.add_argument("--plots", help="write PNG plots into this directory (needs matplotlib)")
+    p.add_argument("--markdown", help="write the table and summary as Markdown here")
+    args = p.parse_args(argv)
+    if args.baselines == ["none"]:
+        args.baselines = []
+    unknown = set(args.baselines) - set(BASELINES)
+    if unknown:
+        p.error(f"unknown baselines {sorted(unknown)}; known: {sorted(BASELINES)}")
+    if set(args.ops) - {"spmm", "sddmm"}:
+        p.error("--ops takes spmm and/or sddmm")
+    if set(args.reduce) - {"sum", "mean", "max", "min"}:
+        p.error("--reduce takes sum, mean, max, min")
+    if args.repeat < 1 or any(n < 1 for n in args.n):
+        p.error("--repeat and --n must be positive")
+    if len(args.sampled_nodes) != 2 or not 0 < args.sampled_nodes[0] <= args.sampled_nodes[1]:
+        p.error("--sampled-nodes takes MIN,MAX")
+    return args
+
+
+def load_graphs(args):
+    found = {}
+    for spec in _list(args.graphs):
+        if spec != "none":
+            found[spec] = graphs.from_spec(spec)
+    if args.data:
+        found.update(graphs.load_npz_dir(args.data))
+    return found
+
+
+def device_meta():
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return {"gpu": name, "sms": dispatch.gpu_present() and int(dev.MULTIPROCESSOR_COUNT),
+            "l2_bytes": int(getattr(dev, "L2_CACHE_SIZE", 50 << 20))}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if not dispatch.gpu_present():
+        print("numbasparse.bench needs a CUDA GPU (none found)", file=sys.stderr)
+        return 2
+    algorithms = args.algorithms or sorted(set(dispatch.algorithms("spmm", "cuda")) |
+                                           set(dispatch.algorithms("sddmm", "cuda")))
+    impls = harness.implementations(algorithms, args.baselines)
+    meta = device_meta()
+    meta["copy_gbs"] = harness.copy_bandwidth_gbs()
+    meta.update(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                command="python -m numbasparse.bench " + " ".join(sys.argv[1:] if argv is None else argv))
+    print(f"# {meta['gpu']}: {meta['sms']} SMs, L2 {meta['l2_bytes'] >> 20} MiB, "
+          f"device copy {meta['copy_gbs']:.0f} GB/s (read+write)", file=sys.stderr)
+
+    rows = []
+    graph_set = load_graphs(args)
+    cases = [harness.Case(name, A, op, reduce if op == "spmm" else "-", n, args.dtype)
+             for name, A in graph_set.items() for op in args.ops
+             for reduce in (args.reduce if op == "spmm" else ["-"]) for n in args.n]
+    start = time.time()
+    for i, case in enumerate(cases, 1):
+        print(f"# [{i}/{len(cases)}] {case.graph} {case.op} {case.reduce} N={case.n} "
+              f"({time.time() - start:.0f} s)", file=sys.stderr, flush=True)
+        rows += harness.run_case(case, impls, repeat=args.repeat, warmup=args.warmup, l2_bytes=meta["l2_bytes"])
+    if args.sampled:
+        base = graphs.from_spec(args.sampled)
+        subgraphs = graphs.sample_subgraphs(base, args.sampled_count, *args.sampled_nodes)
+        name = f"sampled({args.sampled},{args.sampled_count})"
+        for n in args.n:
+            print(f"# sampled workload N={n}", file=sys.stderr, flush=True)
+            rows += harness.run_sampled(name, subgraphs, impls, n, dtype=args.dtype,
+                                        repeat=args.repeat, warmup=args.warmup)
+    harness.add_metrics(rows, meta["copy_gbs"], YARDSTICK)
+
+    print(report.table(rows))
+    print()
+    print(report.summary(rows))
+    if args.out:
+        report.write_json(args.out, meta, rows)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(f"{meta['gpu']}, {meta['date']}, `{meta['command']}`; device copy "
+                    f"{meta['copy_gbs']:.0f} GB/s\n\n{report.markdown(rows)}\n\n```\n{report.summary(rows)}\n```\n")
+    if args.plots:
+        for line in report.plots(rows, args.plots, YARDSTICK):
+            print(line, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

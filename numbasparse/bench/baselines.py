@@ -1,0 +1,116 @@
+"""Baselines timed beside numbasparse, each an optional import (reported as skipped if absent).
+
+Every implementation is ``make(A, op, reduce) -> run`` where ``A`` is a scipy CSR graph and
+``run(B)`` (SpMM) or ``run(X, Y)`` (SDDMM) takes torch CUDA tensors and returns something
+``to_numpy`` understands.  ``make`` raises ``Unsupported`` for combinations it cannot do.
+"""
+import numpy as np
+
+
+class Unsupported(Exception):
+    """This baseline cannot run this case (missing package, reduction, ...)."""
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise Unsupported("torch is not installed") from exc
+    if not torch.cuda.is_available():
+        raise Unsupported("torch has no CUDA device")
+    return torch
+
+
+def _torch_csr(A, index_dtype, dtype):
+    torch = _torch()
+    return torch.sparse_csr_tensor(
+        torch.as_tensor(A.indptr.astype(index_dtype), device="cuda"),
+        torch.as_tensor(A.indices.astype(index_dtype), device="cuda"),
+        torch.as_tensor(A.data.astype(dtype), device="cuda"), size=A.shape)
+
+
+def torch_csr(index_dtype):
+    """cuSPARSE through ``torch.sparse.mm`` on a CSR tensor (sum only)."""
+    def make(A, op, reduce, dtype):
+        if op != "spmm" or reduce != "sum":
+            raise Unsupported("torch.sparse.mm on CUDA CSR does sum only")
+        torch = _torch()
+        S = _torch_csr(A, index_dtype, dtype)
+        return lambda B: torch.sparse.mm(S, B)
+    return make
+
+
+def cupyx_csr(A, op, reduce, dtype):
+    """cuSPARSE through ``cupyx.scipy.sparse.csr_matrix @ B`` (sum only)."""
+    if op != "spmm" or reduce != "sum":
+        raise Unsupported("cupyx does sum only")
+    try:
+        import cupy
+        import cupyx.scipy.sparse as csp
+    except ImportError as exc:
+        raise Unsupported("cupy is not installed") from exc
+    S = csp.csr_matrix((cupy.asarray(A.data.astype(dtype)), cupy.asarray(A.indices),
+                        cupy.asarray(A.indptr)), shape=A.shape)
+    return lambda B: S @ cupy.asarray(B)
+
+
+def pyg_scatter(A, op, reduce, dtype):
+    """PyG-style message passing: gather rows of B per edge, then ``index_add_`` /
+    ``scatter_reduce_`` into the destination rows; SDDMM as gathered row dot products."""
+    torch = _torch()
+    row = torch.as_tensor(np.repeat(np.arange(A.shape[0]), np.diff(A.indptr)), device="cuda")
+    col = torch.as_tensor(A.indices.astype(np.int64), device="cuda")
+    val = torch.as_tensor(A.data.astype(dtype), device="cuda")
+    if op == "sddmm":
+        return lambda X, Y: (X[row] * Y[col]).sum(-1) * val
+
+    def run(B):
+        messages = B[col] * val[:, None]
+        out = torch.zeros(A.shape[0], B.shape[1], dtype=B.dtype, device=B.device)
+        if reduce == "sum":
+            return out.index_add_(0, row, messages)
+        mode = {"mean": "mean", "max": "amax", "min": "amin"}[reduce]
+        return out.scatter_reduce_(0, row[:, None].expand_as(messages), messages, mode, include_self=False)
+
+    return run
+
+
+def torch_sampled_addmm(A, op, reduce, dtype):
+    """cuSPARSE SDDMM through ``torch.sparse.sampled_addmm`` (values of A must be 1, as in
+    the benchmark graphs: it computes (X Y^T) on A's pattern without a_ij)."""
+    if op != "sddmm":
+        raise Unsupported("sampled_addmm is SDDMM")
+    if not np.all(A.data == 1):
+        raise Unsupported("sampled_addmm ignores a_ij: needs a 0/1 graph")
+    torch = _torch()
+    S = _torch_csr(A, np.int32, dtype)
+    return lambda X, Y: torch.sparse.sampled_addmm(S, X, Y.T, beta=0.0)
+
+
+BASELINES = {
+    "torch_csr32": torch_csr(np.int32),
+    "torch_csr64": torch_csr(np.int64),
+    "cupyx": cupyx_csr,
+    "pyg_scatter": pyg_scatter,
+    "torch_sampled_addmm": torch_sampled_addmm,
+}
+
+#: Operations each baseline implements.
+OPS = {"torch_csr32": ("spmm",), "torch_csr64": ("spmm",), "cupyx": ("spmm",),
+       "pyg_scatter": ("spmm", "sddmm"), "torch_sampled_addmm": ("sddmm",)}
+
+#: The yardstick for speedups: cuSPARSE through PyTorch.
+YARDSTICK = {"spmm": "torch_csr32", "sddmm": "torch_sampled_addmm"}
+
+
+def to_numpy(result):
+    """Values of any result as a NumPy array (dense SpMM output or SDDMM values)."""
+    if hasattr(result, "layout") and "sparse" in str(result.layout):
+        result = result.values()
+    if hasattr(result, "detach"):
+        return result.detach().cpu().numpy()
+    if hasattr(result, "get"):
+        return result.get()
+    if hasattr(result, "copy_to_host"):
+        return result.copy_to_host()
+    return np.asarray(result)

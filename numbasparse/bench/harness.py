@@ -1,0 +1,205 @@
+"""Check, then time: one benchmark case (graph, op, reduce, N) over every implementation.
+
+Method: each result is compared with a float64 reference before it is timed; timing uses
+CUDA events on the default stream after warm-up, median of ``repeat`` runs; when the
+dense inputs fit in L2 several copies are rotated so the cache does not hold them; for
+small graphs the end-to-end Python call (dispatch included, synchronised) is timed too.
+"""
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import api, dispatch
+from ..csr import CSR
+from ..reference import relative_error, sddmm_reference, spmm_reference
+from .baselines import BASELINES, OPS, Unsupported, to_numpy
+from .timing import time_cuda, time_host
+
+TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # cuSPARSE and atomics reorder sums
+CALL_TIME_MAX_NNZ = 2_000_000
+
+
+@dataclass
+class Case:
+    graph: str
+    A: object          # scipy CSR
+    op: str            # "spmm" or "sddmm"
+    reduce: str        # reduction ("-" for sddmm)
+    n: int             # dense columns (N for SpMM, K for SDDMM)
+    dtype: str = "float32"
+
+
+def compulsory_bytes(A, op, n, dtype, index_bytes=4):
+    """Bytes every implementation must move: the CSR once, the dense inputs once, the
+    output once (SpMM: B and C; SDDMM: X, Y and the nnz values)."""
+    value = np.dtype(dtype).itemsize
+    m, k = A.shape
+    csr = (m + 1) * index_bytes + A.nnz * (index_bytes + value)
+    if op == "spmm":
+        return csr + (k * n + m * n) * value
+    return csr + (m + k) * n * value + A.nnz * value
+
+
+def flops(A, op, n):
+    return 2 * A.nnz * n
+
+
+def numbasparse_impl(algorithm):
+    def make(A, op, reduce, dtype):
+        if algorithm not in dispatch.algorithms(op, "cuda"):
+            raise Unsupported(f"no {op} algorithm {algorithm!r}")
+        csr = CSR.from_scipy(A, dtype=dtype)
+        if op == "spmm":
+            return lambda B: api.spmm(csr, B, reduce=reduce, algorithm=algorithm)
+        return lambda X, Y: api.sddmm(csr, X, Y, algorithm=algorithm)
+    return make
+
+
+def implementations(algorithms, baselines):
+    impls = {f"ns:{a}": numbasparse_impl(a) for a in algorithms}
+    impls.update({b: BASELINES[b] for b in baselines})
+    return impls
+
+
+def _inputs(case, copies, rng):
+    import torch
+
+    m, k = case.A.shape
+    dtype = getattr(torch, case.dtype)
+    shapes = [(k, case.n)] if case.op == "spmm" else [(m, case.n), (k, case.n)]
+    first = [torch.as_tensor(rng.standard_normal(s), dtype=dtype, device="cuda") for s in shapes]
+    return [first] + [[t.clone() for t in first] for _ in range(copies - 1)]
+
+
+def _reference(case, inputs):
+    """Float64 reference: cuSPARSE in float64 for sums (fast, independent), else scipy."""
+    import torch
+
+    host = [t.double().cpu().numpy() for t in inputs]
+    if case.op == "spmm" and case.reduce == "sum":
+        A = case.A
+        S = torch.sparse_csr_tensor(torch.as_tensor(A.indptr.astype(np.int64), device="cuda"),
+                                    torch.as_tensor(A.indices.astype(np.int64), device="cuda"),
+                                    torch.as_tensor(A.data, dtype=torch.float64, device="cuda"), size=A.shape)
+        return torch.sparse.mm(S, inputs[0].double()).cpu().numpy()
+    if case.op == "spmm":
+        return spmm_reference(case.A, host[0], case.reduce)
+    return sddmm_reference(case.A, *host)
+
+
+def l2_copies(case, l2_bytes):
+    """How many copies of the dense inputs to rotate so they do not stay in L2."""
+    m, k = case.A.shape
+    rows = k if case.op == "spmm" else m + k
+    dense = rows * case.n * np.dtype(case.dtype).itemsize
+    return int(min(8, max(1, np.ceil(3 * l2_bytes / max(dense, 1)))))
+
+
+def applies(name, op):
+    """Whether implementation ``name`` (``ns:ALGO`` or a baseline) implements ``op``."""
+    if name.startswith("ns:"):
+        return name[3:] in dispatch.algorithms(op, "cuda")
+    return op in OPS[name]
+
+
+def run_case(case, impls, *, repeat=20, warmup=5, l2_bytes=50 << 20, seed=0):
+    """Rows (dicts) for one case: error, median ms, and for small graphs the call time."""
+    import torch
+
+    impls = {name: make for name, make in impls.items() if applies(name, case.op)}
+
+    rng = np.random.default_rng(seed)
+    copies = l2_copies(case, l2_bytes)
+    buffers = _inputs(case, copies, rng)
+    reference = _reference(case, buffers[0])
+    rows = []
+    for name, make in impls.items():
+        row = dict(graph=case.graph, nodes=case.A.shape[0], nnz=int(case.A.nnz), op=case.op,
+                   reduce=case.reduce, n=case.n, dtype=case.dtype, impl=name,
+                   bytes=compulsory_bytes(case.A, case.op, case.n, case.dtype),
+                   flops=flops(case.A, case.op, case.n))
+        try:
+            run = make(case.A, case.op, case.reduce, case.dtype)
+            error = relative_error(to_numpy(run(*buffers[0])), reference)
+            row["error"] = error
+            if not error <= TOLERANCE[case.dtype]:
+                row["status"] = "wrong result"
+            else:
+                cycle = itertools.cycle(buffers)
+                row["ms"], _ = time_cuda(lambda: run(*next(cycle)), warmup=warmup, repeat=repeat)
+                if case.A.nnz <= CALL_TIME_MAX_NNZ:
+                    row["call_ms"], _ = time_host(lambda: (run(*next(cycle)), torch.cuda.synchronize()),
+                                                  warmup=warmup, repeat=repeat)
+                row["status"] = "ok"
+        except Unsupported as exc:
+            row["status"] = f"skipped: {exc}"
+        except torch.cuda.OutOfMemoryError:
+            row["status"] = "skipped: out of GPU memory"
+            torch.cuda.empty_cache()
+        rows.append(row)
+    return rows
+
+
+def add_metrics(rows, copy_gbs, yardstick):
+    """GFLOP/s, effective GB/s, bandwidth floor and speedup over the yardstick, in place."""
+    graphs_by_case = {}
+    for r in rows:
+        graphs_by_case.setdefault((r["graph"], r["op"], r["reduce"], r["n"]), []).append(r)
+    for case_rows in graphs_by_case.values():
+        ref = next((r for r in case_rows if r["impl"] == yardstick[case_rows[0]["op"]] and "ms" in r), None)
+        for r in case_rows:
+            if "ms" not in r:
+                continue
+            r["gflops"] = r["flops"] / r["ms"] / 1e6
+            r["gbs"] = r["bytes"] / r["ms"] / 1e6
+            r["floor_ms"] = r["bytes"] / copy_gbs / 1e6
+            r["of_floor"] = r["floor_ms"] / r["ms"]
+            if ref is not None:
+                r["speedup"] = ref["ms"] / r["ms"]
+    return rows
+
+
+def copy_bandwidth_gbs(n_bytes=1 << 30):
+    """Device-to-device copy rate in GB/s, counting bytes read plus bytes written."""
+    from numba import cuda
+
+    src = cuda.device_array(n_bytes // 4, np.float32)
+    dst = cuda.device_array_like(src)
+    ms, _ = time_cuda(lambda: dst.copy_to_device(src), warmup=2, repeat=10)
+    return 2 * n_bytes / ms / 1e6
+
+
+def run_sampled(name, subgraphs, impls, n, *, dtype="float32", repeat=20, warmup=3, seed=0):
+    """The graph-sampling workload: one SpMM (sum) per subgraph, back to back; each result
+    is checked, then the whole sequence is timed as one unit."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    tdtype = getattr(torch, dtype)
+    Bs = [torch.as_tensor(rng.standard_normal((A.shape[1], n)), dtype=tdtype, device="cuda") for A in subgraphs]
+    refs = [spmm_reference(A, B.double().cpu().numpy()) for A, B in zip(subgraphs, Bs)]
+    nnz = int(sum(A.nnz for A in subgraphs))
+    total_bytes = sum(compulsory_bytes(A, "spmm", n, dtype) for A in subgraphs)
+    rows = []
+    for impl, make in impls.items():
+        if not applies(impl, "spmm"):
+            continue
+        row = dict(graph=name, nodes=int(sum(A.shape[0] for A in subgraphs)), nnz=nnz, op="spmm",
+                   reduce="sum", n=n, dtype=dtype, impl=impl, bytes=total_bytes,
+                   flops=2 * nnz * n, subgraphs=len(subgraphs))
+        try:
+            runs = [make(A, "spmm", "sum", dtype) for A in subgraphs]
+            row["error"] = max(relative_error(to_numpy(r(B)), ref) for r, B, ref in zip(runs, Bs, refs))
+            if not row["error"] <= TOLERANCE[dtype]:
+                row["status"] = "wrong result"
+            else:
+                def all_subgraphs():
+                    for r, B in zip(runs, Bs):
+                        r(B)
+                row["ms"], _ = time_cuda(all_subgraphs, warmup=warmup, repeat=repeat)
+                row["status"] = "ok"
+        except Unsupported as exc:
+            row["status"] = f"skipped: {exc}"
+        rows.append(row)
+    return rows

@@ -1,0 +1,103 @@
+"""Benchmark output: a text table, JSON, Markdown and PNG plots."""
+import json
+import math
+
+COLUMNS = ("graph", "nnz", "op", "reduce", "n", "impl", "ms", "call_ms", "floor_ms", "of_floor",
+           "gbs", "gflops", "speedup", "error", "status")
+
+
+def _fmt(value):
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def table(rows, columns=COLUMNS):
+    cells = [[_fmt(r.get(c, "-")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def markdown(rows, columns=COLUMNS):
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_fmt(r.get(c, "-")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def geomean_speedups(rows):
+    """{impl: (geometric-mean speedup, min speedup, cases)} over rows that have a speedup."""
+    by_impl = {}
+    for r in rows:
+        if "speedup" in r:
+            by_impl.setdefault((r["op"], r["impl"]), []).append(r["speedup"])
+    return {key: (math.exp(sum(map(math.log, v)) / len(v)), min(v), len(v)) for key, v in sorted(by_impl.items())}
+
+
+def summary(rows):
+    lines = ["op     impl                      geomean speedup   min    cases"]
+    for (op, impl), (g, lo, n) in geomean_speedups(rows).items():
+        lines.append(f"{op:<6} {impl:<25} {g:>15.3f} {lo:>6.3f} {n:>7}")
+    return "\n".join(lines)
+
+
+def write_json(path, meta, rows):
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+
+def plots(rows, directory, yardstick_name):
+    """speedup_<op>.png (per graph and N) and time_vs_nnz_<op>.png; needs matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return ["plots skipped: matplotlib is not installed (pip install 'numbasparse[bench]')"]
+    from pathlib import Path
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for op in sorted({r["op"] for r in rows}):
+        ok = [r for r in rows if r["op"] == op and "ms" in r and r["reduce"] in ("sum", "-")]
+        impls = sorted({r["impl"] for r in ok})
+        cases = sorted({(r["graph"], r["n"]) for r in ok}, key=lambda c: (c[0], c[1]))
+        if not cases:
+            continue
+        fig, ax = plt.subplots(figsize=(max(8, len(cases) * 0.6), 4.5))
+        width = 0.8 / max(1, len(impls))
+        for i, impl in enumerate(impls):
+            values = [next((r.get("speedup", 0) for r in ok if (r["graph"], r["n"], r["impl"]) == (*c, impl)), 0)
+                      for c in cases]
+            ax.bar([x + i * width for x in range(len(cases))], values, width, label=impl)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(cases))])
+        ax.set_xticklabels([f"{g}\nN={n}" for g, n in cases], rotation=90, fontsize=7)
+        ax.set_ylabel(f"speedup over {yardstick_name[op]}")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = directory / f"speedup_{op}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(str(path))
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for impl in impls:
+            for n in sorted({r["n"] for r in ok}):
+                pts = sorted((r["nnz"], r["ms"]) for r in ok if r["impl"] == impl and r["n"] == n)
+                if len(pts) > 1:
+                    ax.loglog(*zip(*pts), marker="o", label=f"{impl} N={n}")
+        ax.set_xlabel("nonzeros")
+        ax.set_ylabel("ms")
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+        path = directory / f"time_vs_nnz_{op}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(str(path))
+    return written
