@@ -1,0 +1,61 @@
+"""Where does a small-graph call spend its host time?  Run on a GPU machine:
+    python tools/profile_call.py
+Prints per-call microseconds of each layer and a cProfile of the public call on torch tensors."""
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from numba import cuda  # noqa: E402
+
+import numbasparse as ns  # noqa: E402
+from numbasparse import graphs  # noqa: E402
+from numbasparse.cuda import hp, reductions  # noqa: E402
+
+
+def per_call_us(fn, n=300):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+A = graphs.default_graph()
+csr = ns.CSR.from_scipy(A)
+Bt = torch.randn(A.shape[1], 64, device="cuda")
+Ct = torch.empty(A.shape[0], 64, device="cuda")
+Bn, Cn = cuda.as_cuda_array(Bt), cuda.as_cuda_array(Ct)
+S = torch.sparse_csr_tensor(torch.as_tensor(A.indptr, device="cuda"), torch.as_tensor(A.indices, device="cuda"),
+                            torch.as_tensor(A.data, device="cuda"), size=A.shape)
+kernel = hp.spmm_hp_kernel(reductions.SUM, 2, 1, "<f4", "<i4")
+fill = hp.fill_rows_kernel("<f4")
+rows = {
+    "torch.sparse.mm": lambda: torch.sparse.mm(S, Bt),
+    "raw numba launch (hp kernel)": lambda: kernel[60, 128](csr.indptr, csr.indices, csr.data, Bn, Cn, 32),
+    "raw numba launch (fill)": lambda: fill[60, 128](csr.indptr, Cn, 0.0, 0.0),
+    "hp launcher, numba arrays": lambda: hp.spmm_hp(csr, Bn, Cn, "sum"),
+    "ns.spmm numba arrays + out": lambda: ns.spmm(csr, Bn, out=Cn, algorithm="hp"),
+    "ns.spmm torch + out": lambda: ns.spmm(csr, Bt, out=Ct, algorithm="hp"),
+    "ns.spmm torch": lambda: ns.spmm(csr, Bt, algorithm="hp"),
+    "cuda.as_cuda_array(torch)": lambda: cuda.as_cuda_array(Bt, sync=False),
+    "torch __cuda_array_interface__": lambda: Bt.__cuda_array_interface__,
+    "cuda.get_current_device()": lambda: cuda.get_current_device(),
+    "external_stream": lambda: cuda.external_stream(torch.cuda.current_stream().cuda_stream),
+}
+for name, fn in rows.items():
+    print(f"{name:<36} {per_call_us(fn):8.1f} us")
+prof = cProfile.Profile()
+prof.enable()
+for _ in range(300):
+    ns.spmm(csr, Bt, algorithm="hp")
+prof.disable()
+pstats.Stats(prof).sort_stats("tottime").print_stats(30)

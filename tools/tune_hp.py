@@ -1,0 +1,44 @@
+"""Time HP-SpMM/SDDMM for each nonzeros-per-warp candidate beside torch (GPU only):
+    python tools/tune_hp.py rmat:18 rmat:20 ...
+Used to set DTP's candidates and wave factor in numbasparse/cuda/launch.py."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from numba import cuda  # noqa: E402
+
+import numbasparse as ns  # noqa: E402
+from numbasparse import graphs  # noqa: E402
+from numbasparse.bench.timing import time_cuda  # noqa: E402
+from numbasparse.cuda import hp, launch  # noqa: E402
+
+for spec in sys.argv[1:]:
+    A = graphs.from_spec(spec)
+    csr = ns.CSR.from_scipy(A)
+    S = torch.sparse_csr_tensor(torch.as_tensor(A.indptr, device="cuda"), torch.as_tensor(A.indices, device="cuda"),
+                                torch.as_tensor(A.data, device="cuda"), size=A.shape)
+    for n in (32, 64, 128, 256):
+        Bt = torch.randn(A.shape[1], n, device="cuda")
+        B, C = cuda.as_cuda_array(Bt), cuda.device_array((A.shape[0], n), np.float32)
+        ref = torch.sparse.mm(S, Bt)
+        t_torch, _ = time_cuda(lambda: torch.sparse.mm(S, Bt))
+        vec, cf = launch.hp_columns_per_lane(n, 4, B)
+        dtp = launch.hp_nnz_per_warp(A.nnz, launch.cdiv(n, 32 * vec * cf))
+        line = f"{spec:<10} nnz={A.nnz:<9} N={n:<4} torch {t_torch:7.3f} ms | DTP={dtp:<4}"
+        for npw in (32, 64, 128, 256, 512, 1024):
+            hp.spmm_hp(csr, B, C, "sum", nnz_per_warp=npw)
+            err = float((torch.as_tensor(C.copy_to_host(), device="cuda") - ref).norm() / ref.norm())
+            t, _ = time_cuda(lambda: hp.spmm_hp(csr, B, C, "sum", nnz_per_warp=npw))
+            line += f" {npw}:{t:6.3f}{'' if err < 1e-4 else '!ERR'}"
+        print(line, flush=True)
+    X = torch.randn(A.shape[0], 64, device="cuda")
+    Xn, out = cuda.as_cuda_array(X), cuda.device_array(A.nnz, np.float32)
+    t_torch, _ = time_cuda(lambda: torch.sparse.sampled_addmm(S, X, X.T, beta=0.0))
+    line = f"{spec:<10} SDDMM K=64 torch {t_torch:7.3f} ms |"
+    for npw in (32, 64, 128, 256, 512, 1024):
+        t, _ = time_cuda(lambda: hp.sddmm_hp(csr, Xn, Xn, out, nnz_per_warp=npw))
+        line += f" {npw}:{t:6.3f}"
+    print(line, flush=True)
