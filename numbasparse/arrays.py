@@ -105,8 +105,8 @@ def stream_of(op):
 
         handle = cupy.cuda.get_current_stream().ptr
     else:
-        return cuda.default_stream()
-    return cuda.external_stream(handle) if handle else cuda.default_stream()
+        return 0  # Numba's default stream
+    return cuda.external_stream(handle) if handle else 0
 
 
 def empty_like_framework(op, shape, dtype):

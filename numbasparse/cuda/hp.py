@@ -70,8 +70,6 @@ def spmm_hp_kernel(reduce_code, vec, cf, value_dtype, index_dtype):
     tile = WARP * vec * cf
     span = WARP * vec  # columns covered by one vector load of the whole warp
     width = vec * cf
-    unroll = max(2, 16 // width)  # nonzeros whose B loads are in flight together
-    staged_size = unroll * width  # local-array shapes must be compile-time constants
     MEAN, MAX, MIN = reductions.MEAN, reductions.MAX, reductions.MIN
 
     @cuda.jit(device=True, inline="always")
@@ -99,7 +97,6 @@ def spmm_hp_kernel(reduce_code, vec, cf, value_dtype, index_dtype):
         cached_col = cuda.shared.array(cache_size, index_type)
         cached_val = cuda.shared.array(cache_size, value_type)
         acc = cuda.local.array(width, value_type)
-        staged = cuda.local.array(staged_size, value_type)
         nnz = indices.shape[0]
         seg_start = (cuda.blockIdx.x * warps + warp_in_block) * nnz_per_warp
         if seg_start >= nnz:
@@ -119,34 +116,25 @@ def spmm_hp_kernel(reduce_code, vec, cf, value_dtype, index_dtype):
                 cached_col[base + lane] = indices[chunk + lane]
                 cached_val[base + lane] = data[chunk + lane]
             syncwarp()
-            count = min(WARP, seg_end - chunk)
-            for kk0 in range(0, count, unroll):
-                # Issue the loads of `unroll` nonzeros before using any (memory-level parallelism).
+            for kk in range(min(WARP, seg_end - chunk)):
+                if chunk + kk >= row_end:  # row switch
+                    if active:
+                        flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
+                    row += 1
+                    while indptr[row + 1] == row_end:
+                        row += 1  # skip empty rows (pre-filled)
+                    row_start = row_end
+                    row_end = indptr[row + 1]
+                    for v in range(width):
+                        acc[v] = init
                 if active:
-                    for u in range(unroll):
-                        if kk0 + u < count:
-                            k = cached_col[base + kk0 + u]
-                            for c in range(cf):
-                                if j + c * span < n:
-                                    b = load(B, k, j + c * span)
-                                    for v in range(vec):
-                                        staged[u * width + c * vec + v] = b[v]
-                for u in range(unroll):
-                    if kk0 + u < count:
-                        if chunk + kk0 + u >= row_end:  # row switch
-                            if active:
-                                flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
-                            row += 1
-                            while indptr[row + 1] == row_end:
-                                row += 1  # skip empty rows (pre-filled)
-                            row_start = row_end
-                            row_end = indptr[row + 1]
-                            for v in range(width):
-                                acc[v] = init
-                        if active:
-                            a = cached_val[base + kk0 + u]
-                            for v in range(width):
-                                acc[v] = combine(reduce_code, acc[v], a * staged[u * width + v])
+                    a = cached_val[base + kk]
+                    k = cached_col[base + kk]
+                    for c in range(cf):
+                        if j + c * span < n:
+                            b = load(B, k, j + c * span)
+                            for v in range(vec):
+                                acc[c * vec + v] = combine(reduce_code, acc[c * vec + v], a * b[v])
             syncwarp()  # the next chunk overwrites the cache
         if active:
             flush(C, row, j, acc, row_end - row_start, row_start >= seg_start and row_end <= seg_end)

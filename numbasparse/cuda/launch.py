@@ -1,4 +1,6 @@
 """Launch-configuration rules shared by the CUDA kernels: one place for each number."""
+import functools
+
 from numba import cuda
 
 WARP_SIZE = 32
@@ -17,12 +19,6 @@ def row_warp_grid(n_rows, n_cols, cols_per_warp):
     """
     grid = (cdiv(n_rows, ROW_WARPS_PER_BLOCK), max(1, cdiv(n_cols, cols_per_warp)))
     return grid, ROW_WARPS_PER_BLOCK * WARP_SIZE
-
-
-def sm_count():
-    """Number of streaming multiprocessors of the current device (1 on the simulator)."""
-    device = cuda.get_current_device()
-    return int(getattr(device, "MULTIPROCESSOR_COUNT", 1))
 
 
 #: Warps per thread block of the hybrid-parallel (HP) kernels.
@@ -61,6 +57,11 @@ def _address(array):
 
 def device_limits():
     """(SM count, max threads per SM, registers per SM) of the current device."""
+    return _device_limits(getattr(cuda.get_current_device(), "id", 0))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_limits(device_id):
     device = cuda.get_current_device()
     return (int(getattr(device, "MULTIPROCESSOR_COUNT", 1)),
             int(getattr(device, "MAX_THREADS_PER_MULTI_PROCESSOR", 2048)),
