@@ -76,6 +76,13 @@ def device_meta():
             "l2_bytes": int(getattr(dev, "L2_CACHE_SIZE", 50 << 20))}
 
 
+def checkpoint(args, meta, rows):
+    """Keep what has been measured so far on disk: long runs can be cut off."""
+    if args.out:
+        harness.add_metrics(rows, meta["copy_gbs"], YARDSTICK)
+        report.write_json(args.out, meta, rows)
+
+
 def main(argv=None):
     args = parse_args(argv)
     if not dispatch.gpu_present():
@@ -101,6 +108,7 @@ def main(argv=None):
         print(f"# [{i}/{len(cases)}] {case.graph} {case.op} {case.reduce} N={case.n} "
               f"({time.time() - start:.0f} s)", file=sys.stderr, flush=True)
         rows += harness.run_case(case, impls, repeat=args.repeat, warmup=args.warmup, l2_bytes=meta["l2_bytes"])
+        checkpoint(args, meta, rows)
     if args.sampled:
         base = graphs.from_spec(args.sampled)
         subgraphs = graphs.sample_subgraphs(base, args.sampled_count, *args.sampled_nodes)
@@ -109,6 +117,7 @@ def main(argv=None):
             print(f"# sampled workload N={n}", file=sys.stderr, flush=True)
             rows += harness.run_sampled(name, subgraphs, impls, n, dtype=args.dtype,
                                         repeat=args.repeat, warmup=args.warmup)
+            checkpoint(args, meta, rows)
     harness.add_metrics(rows, meta["copy_gbs"], YARDSTICK)
 
     print(report.table(rows))
