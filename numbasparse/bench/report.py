@@ -101,3 +101,46 @@ def plots(rows, directory, yardstick_name):
         plt.close(fig)
         written.append(str(path))
     return written
+
+
+def compact_markdown(rows, yardstick):
+    """One line per (graph, op, reduce, N): each implementation's ms, the compulsory-bytes
+    floor, and the speedup of each numbasparse kernel over the yardstick."""
+    cases = {}
+    for r in rows:
+        cases.setdefault((r["graph"], r["op"], r["reduce"], r["n"]), {})[r["impl"]] = r
+    impls = sorted({r["impl"] for r in rows}, key=lambda i: (not i.startswith("ns:"), i))
+    head = ["graph", "nnz", "op", "N", "floor ms"] + [f"{i} ms" for i in impls] + \
+        [f"{i} speedup" for i in impls if i.startswith("ns:")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (graph, op, reduce, n), by_impl in cases.items():
+        any_row = next(iter(by_impl.values()))
+        floor = next((r["floor_ms"] for r in by_impl.values() if "floor_ms" in r), float("nan"))
+        cells = [graph if reduce in ("sum", "-") else f"{graph} ({reduce})", str(any_row["nnz"]), op, str(n), _fmt(floor)]
+        cells += [_fmt(by_impl[i]["ms"]) if i in by_impl and "ms" in by_impl[i] else
+                  ("-" if i not in by_impl else by_impl[i]["status"].replace("skipped: ", "")) for i in impls]
+        cells += [_fmt(by_impl[i].get("speedup", float("nan"))) if i in by_impl else "-"
+                  for i in impls if i.startswith("ns:")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    """``python -m numbasparse.bench.report RESULT.json ...``: Markdown tables and summary."""
+    import sys
+
+    from .baselines import YARDSTICK
+
+    for path in (argv if argv is not None else sys.argv[1:]):
+        with open(path) as f:
+            result = json.load(f)
+        meta, rows = result["meta"], result["rows"]
+        print(f"### `{path}`\n\n{meta['gpu']}, {meta['date']}; device-to-device copy "
+              f"{meta['copy_gbs']:.0f} GB/s (read + write).\nCommand: `{meta['command']}`\n")
+        print(compact_markdown(rows, YARDSTICK))
+        print("\nGeometric-mean speedup over the yardstick (torch_csr32 for SpMM, "
+              "torch_sampled_addmm for SDDMM) and the worst case:\n\n```\n" + summary(rows) + "\n```\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The benchmark harness on the CPU: arguments, generators, byte counting, reports."""
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from numbasparse import graphs
+from numbasparse.bench import harness, report
+from numbasparse.bench.__main__ import parse_args
+
+
+def test_defaults_cover_the_issue_grid():
+    args = parse_args([])
+    assert args.n == [32, 64, 128, 256] and args.ops == ["spmm", "sddmm"] and args.repeat >= 20
+    assert "torch_csr32" in args.baselines and "pyg_scatter" in args.baselines
+
+
+def test_lists_are_parsed():
+    args = parse_args(["--n", "32,64", "--baselines", "none", "--reduce", "sum,max",
+                       "--sampled", "rmat:10", "--sampled-nodes", "100,200"])
+    assert args.n == [32, 64] and args.baselines == [] and args.reduce == ["sum", "max"]
+    assert args.sampled_nodes == [100, 200]
+
+
+@pytest.mark.parametrize("argv", [["--baselines", "mkl"], ["--ops", "gemm"], ["--reduce", "prod"],
+                                  ["--n", "0"], ["--sampled-nodes", "5"]])
+def test_bad_arguments_are_refused(argv):
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+
+
+def test_compulsory_bytes_counts_csr_inputs_and_output_once():
+    A = sp.csr_matrix(np.ones((3, 5), np.float32))  # nnz 15
+    csr = 4 * 4 + 15 * (4 + 4)
+    assert harness.compulsory_bytes(A, "spmm", 8, "float32") == csr + (5 * 8 + 3 * 8) * 4
+    assert harness.compulsory_bytes(A, "sddmm", 8, "float64") == 4 * 4 + 15 * 12 + (3 + 5) * 8 * 8 + 15 * 8
+    assert harness.flops(A, "spmm", 8) == 2 * 15 * 8
+
+
+def test_l2_rotation_only_for_small_inputs():
+    small = harness.Case("g", sp.identity(100, format="csr"), "spmm", "sum", 32)
+    large = harness.Case("g", sp.identity(10**6, format="csr"), "spmm", "sum", 256)
+    assert harness.l2_copies(small, 50 << 20) == 8
+    assert harness.l2_copies(large, 50 << 20) == 1
+
+
+def test_metrics_and_speedups():
+    rows = [dict(graph="g", op="spmm", reduce="sum", n=32, impl="torch_csr32", ms=2.0, bytes=4e6, flops=1e6),
+            dict(graph="g", op="spmm", reduce="sum", n=32, impl="ns:hp", ms=1.0, bytes=4e6, flops=1e6),
+            dict(graph="g", op="spmm", reduce="sum", n=32, impl="cupyx", status="skipped: no cupy")]
+    harness.add_metrics(rows, copy_gbs=2000.0, yardstick={"spmm": "torch_csr32"})
+    assert rows[1]["speedup"] == 2.0 and rows[0]["speedup"] == 1.0
+    assert rows[1]["floor_ms"] == pytest.approx(4e6 / 2000e6)
+    assert rows[1]["gbs"] == pytest.approx(4.0)
+    assert "speedup" not in rows[2]
+    (g, lo, n), = [v for k, v in report.geomean_speedups(rows).items() if k[1] == "ns:hp"]
+    assert (g, lo, n) == (2.0, 2.0, 1)
+
+
+def test_reports_are_written(tmp_path):
+    rows = [dict(graph="g", nnz=5, op="spmm", reduce="sum", n=32, impl="ns:hp", ms=1.0, floor_ms=0.5,
+                 speedup=1.5, status="ok")]
+    assert "ns:hp" in report.table(rows) and report.markdown(rows).startswith("| graph")
+    report.write_json(tmp_path / "r.json", {"gpu": "x"}, rows)
+    assert json.loads((tmp_path / "r.json").read_text())["rows"][0]["ms"] == 1.0
+    assert "ns:hp ms" in report.compact_markdown(rows, {"spmm": "torch_csr32"})
+
+
+def test_sampled_subgraphs_are_induced_and_sized():
+    A = graphs.rmat(12, 8)
+    subs = graphs.sample_subgraphs(A, 3, 100, 300, seed=1)
+    assert len(subs) == 3
+    for S in subs:
+        assert 100 <= S.shape[0] <= 300 and S.shape[0] == S.shape[1]
+        assert (S != S.T).nnz == 0
+    again = graphs.sample_subgraphs(A, 3, 100, 300, seed=1)
+    assert all((a != b).nnz == 0 for a, b in zip(subs, again))
+
+
+def test_bench_without_gpu_says_so(capsys):
+    from numbasparse.bench.__main__ import main
+    from numbasparse import dispatch
+
+    if dispatch.gpu_present():
+        pytest.skip("a GPU is present")
+    assert main(["--graphs", "rmat:6"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
