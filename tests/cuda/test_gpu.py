@@ -29,12 +29,13 @@ def test_spmm_on_rmat(rmat, algorithm, reduce, n, dtype, index_dtype):
     assert_close(out.copy_to_host(), spmm_reference(rmat, B, reduce), dtype)
 
 
-@pytest.mark.parametrize("k", [1, 32, 70])
-def test_sddmm_on_rmat(rmat, k):
+@pytest.mark.parametrize("algorithm", ns.dispatch.algorithms("sddmm", "cuda"))
+@pytest.mark.parametrize("k", [1, 32, 70, 256])
+def test_sddmm_on_rmat(rmat, k, algorithm):
     rng = np.random.default_rng()
     X = rng.standard_normal((rmat.shape[0], k)).astype(np.float32)
     Y = rng.standard_normal((rmat.shape[1], k)).astype(np.float32)
-    S = ns.sddmm(rmat, X, Y, backend="cuda")
+    S = ns.sddmm(rmat, X, Y, algorithm=algorithm)
     assert_close(S.data, sddmm_reference(rmat, X, Y), np.float32)
 
 
@@ -79,6 +80,26 @@ def test_device_out_aliasing_B_is_refused():
         ns.spmm(sp.identity(8, format="csr", dtype=np.float32), B, out=B)
 
 
+def _sass(kernel):
+    sass = kernel.inspect_sass()
+    return "\n".join(sass.values()) if isinstance(sass, dict) else sass
+
+
+def test_hp_kernel_uses_16_byte_loads_of_B():
+    """Hierarchical vectorized memory access: N=128 float32 rows are read with LDG.128."""
+    from numba import cuda
+
+    from numbasparse.cuda import hp
+
+    A = ns.CSR.from_scipy(graphs.rmat(8, 4))
+    B = cuda.to_device(np.ones((A.shape[1], 128), np.float32))
+    C = cuda.device_array((A.shape[0], 128), np.float32)
+    hp.spmm_hp(A, B, C, "sum")
+    sass = _sass(hp.spmm_hp_kernel(0, 4, 1, "<f4", "<i4"))
+    assert "LDG.E.128" in sass
+    assert "STL" not in sass and "LDL" not in sass
+
+
 def test_crc_kernel_keeps_accumulators_in_registers():
     """CWM's per-thread accumulator array must not spill to local memory (no STL/LDL)."""
     from numbasparse.cuda import crc
@@ -90,5 +111,5 @@ def test_crc_kernel_keeps_accumulators_in_registers():
     B = cuda.to_device(np.ones((A.shape[1], 128), np.float32))
     C = cuda.device_array((A.shape[0], 128), np.float32)
     crc.spmm_crc_cwm(A, B, C, "sum", cf=4)
-    sass = "\n".join(kernel.inspect_sass().values()) if isinstance(kernel.inspect_sass(), dict) else kernel.inspect_sass()
+    sass = _sass(kernel)
     assert "STL" not in sass and "LDL" not in sass
