@@ -59,3 +59,6 @@ for _ in range(300):
     ns.spmm(csr, Bt, algorithm="hp")
 prof.disable()
 pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+from numbasparse.cuda import launch as _launch  # noqa: E402
+
+print("fast-launch entries:", len(_launch._fast_launch))

@@ -82,4 +82,4 @@ def spmm_crc_cwm(A, B, C, reduce, *, cf, stream=0):
         return
     kernel = spmm_crc_cwm_kernel(reductions.CODES[reduce], cf, C.dtype.str, A.indices.dtype.str)
     grid, block = launch.row_warp_grid(m, n, WARP * cf)
-    kernel[grid, block, stream](A.indptr, A.indices, A.data, B, C)
+    launch.run(kernel, grid, block, stream, A.indptr, A.indices, A.data, B, C)

@@ -153,7 +153,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_warp=None):
     fill = fill_rows_kernel(C.dtype.str)
     fill_threads = 256
     fill_blocks = min(launch.cdiv(m * n, fill_threads), launch.device_limits()[0] * 16)
-    fill[fill_blocks, fill_threads, stream](A.indptr, C, 0.0, identity)
+    launch.run(fill, fill_blocks, fill_threads, stream, A.indptr, C, 0.0, identity)
     if A.nnz == 0:
         return
     vec, cf = launch.hp_columns_per_lane(n, C.dtype.itemsize, B)
@@ -163,7 +163,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_warp=None):
     kernel = spmm_hp_kernel(code, vec, cf, C.dtype.str, A.indices.dtype.str)
     n_warps = launch.cdiv(A.nnz, nnz_per_warp)
     grid = (launch.cdiv(n_warps, launch.HP_WARPS_PER_BLOCK), n_tiles)
-    kernel[grid, launch.HP_WARPS_PER_BLOCK * WARP, stream](A.indptr, A.indices, A.data, B, C, nnz_per_warp)
+    launch.run(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, A.indptr, A.indices, A.data, B, C, nnz_per_warp)
 
 
 @functools.lru_cache(maxsize=None)
@@ -229,4 +229,4 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None):
         nnz_per_warp = launch.hp_nnz_per_warp(A.nnz, 1)
     kernel = sddmm_hp_kernel(vec, group, out.dtype.str)
     grid = launch.cdiv(launch.cdiv(A.nnz, nnz_per_warp), launch.HP_WARPS_PER_BLOCK)
-    kernel[grid, launch.HP_WARPS_PER_BLOCK * WARP, stream](A.indptr, A.indices, A.data, X, Y, out, nnz_per_warp)
+    launch.run(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, A.indptr, A.indices, A.data, X, Y, out, nnz_per_warp)

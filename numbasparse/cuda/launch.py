@@ -1,6 +1,8 @@
 """Launch-configuration rules shared by the CUDA kernels: one place for each number."""
 import functools
 
+import numpy as np
+
 from numba import cuda
 
 WARP_SIZE = 32
@@ -87,3 +89,98 @@ def hp_nnz_per_warp(nnz, n_tiles, registers_per_thread=64):
         if cdiv(nnz, candidate * HP_WARPS_PER_BLOCK) * n_tiles >= HP_WAVES * full_wave:
             return candidate
     return HP_NNZ_PER_WARP[-1]
+
+
+# ---------------------------------------------------------------------------------------
+# Kernel launch.  ``kernel[grid, block, stream](*args)`` re-types every argument and
+# wraps every array on each call (about 30-40 us per launch from Python on an H100, see
+# tools/profile_call.py).  Once a kernel has exactly one compiled signature, ``run``
+# packs the arguments itself in Numba's kernel ABI and calls cuda.core's ``launch``.
+# It falls back to the ordinary launch on the simulator, on machines with several GPUs
+# (one compiled module per context), and whenever an argument does not match.
+
+_fast_launch = {}
+_launch_configs = {}
+
+
+def run(kernel, grid, block, stream, *args):
+    """Launch the Numba dispatcher ``kernel`` on ``grid`` x ``block`` threads in ``stream``."""
+    entry = _fast_launch.get(kernel)
+    if entry is not None and entry.launch(grid, block, stream, args):
+        return
+    kernel[grid, block, stream](*args)
+    if entry is None and _fast_launch_allowed() and len(kernel.overloads) == 1:
+        _fast_launch[kernel] = _FastLaunch(next(iter(kernel.overloads.values())))
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_launch_allowed():
+    from numba.cuda import config
+
+    if config.ENABLE_CUDASIM:
+        return False
+    try:
+        from cuda.core import LaunchConfig, launch  # noqa: F401
+
+        return len(cuda.gpus) == 1
+    except Exception:  # an older numba-cuda or cuda.core: keep Numba's launch
+        return False
+
+
+class _FastLaunch:
+    """Argument packing for one compiled kernel (Numba's ABI: an array is meminfo, parent,
+    nitems, itemsize, data pointer, shape..., strides...; scalars as C values)."""
+
+    def __init__(self, compiled):
+        import ctypes
+
+        from numba.core import types
+        from numba.np import numpy_support
+
+        self.kernel = compiled._codelibrary.get_cufunc().kernel
+        self.kinds = []
+        for ty in compiled.argument_types:
+            if isinstance(ty, types.Array) and ty.layout == "C":
+                self.kinds.append(("array", numpy_support.as_dtype(ty.dtype), ty.ndim))
+            elif isinstance(ty, types.Integer):
+                self.kinds.append(("scalar", getattr(ctypes, f"c_{ty}"), int))
+            elif ty in (types.float32, types.float64):
+                self.kinds.append(("scalar", ctypes.c_float if ty == types.float32 else ctypes.c_double, float))
+            else:
+                self.kinds.append(("unsupported", None, None))
+
+    def launch(self, grid, block, stream, args):
+        """Launch and return True, or return False (nothing launched) if an argument differs."""
+        from cuda.core import LaunchConfig, launch
+
+        packed = []
+        for (kind, a, b), value in zip(self.kinds, args):
+            if kind == "array":
+                if (not hasattr(value, "device_ctypes_pointer") or value.dtype != a or value.ndim != b
+                        or not value.is_c_contiguous()):
+                    return False
+                pointer = value.device_ctypes_pointer.value or 0
+                packed += [0, 0, value.size, value.dtype.itemsize, pointer, *value.shape, *value.strides]
+            elif kind == "scalar" and isinstance(value, (int, float, np.integer, np.floating)):
+                packed.append(a(b(value)))
+            else:
+                return False
+        key = (grid, block)
+        config = _launch_configs.get(key)
+        if config is None:
+            config = _launch_configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=0)
+        launch(_core_stream(stream), config, self.kernel, *packed)
+        return True
+
+
+_default_core_stream = []
+
+
+def _core_stream(stream):
+    from numba.cuda.cudadrv.driver import _to_core_stream
+
+    if not stream:
+        if not _default_core_stream:
+            _default_core_stream.append(_to_core_stream(0))
+        return _default_core_stream[0]
+    return _to_core_stream(stream)

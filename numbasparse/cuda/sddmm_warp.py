@@ -47,4 +47,4 @@ def sddmm_warp_row(A, X, Y, out, *, stream=0):
         return
     kernel = sddmm_warp_row_kernel(out.dtype.str)
     grid, block = launch.row_warp_grid(m, 1, 1)
-    kernel[grid, block, stream](A.indptr, A.indices, A.data, X, Y, out)
+    launch.run(kernel, grid, block, stream, A.indptr, A.indices, A.data, X, Y, out)
