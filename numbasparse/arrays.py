@@ -12,13 +12,43 @@ import numpy as np
 from .csr import check_value_dtype
 
 
+class DeviceView:
+    """A foreign CUDA array (CuPy, PyTorch, ...) seen through ``__cuda_array_interface__``:
+    pointer, shape, strides and dtype, no copy.  Cheaper to make than a Numba device array;
+    kernels accept it directly (it exports the interface again)."""
+
+    __slots__ = ("owner", "ptr", "shape", "strides", "dtype", "ndim", "size", "nbytes", "_contiguous")
+
+    def __init__(self, owner, interface):
+        self.owner = owner  # keeps the memory alive
+        self.ptr = interface["data"][0] or 0
+        self.shape = tuple(interface["shape"])
+        self.dtype = np.dtype(interface["typestr"])
+        self.ndim = len(self.shape)
+        self.size = int(np.prod(self.shape))
+        self.nbytes = self.size * self.dtype.itemsize
+        c_strides = tuple(int(np.prod(self.shape[i + 1:])) * self.dtype.itemsize for i in range(self.ndim))
+        strides = interface.get("strides")
+        self.strides = c_strides if strides is None else tuple(strides)
+        self._contiguous = self.size <= 1 or all(
+            st == cs for st, cs, n in zip(self.strides, c_strides, self.shape) if n > 1)
+
+    def is_c_contiguous(self):
+        return self._contiguous
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "strides": self.strides, "typestr": self.dtype.str,
+                "data": (self.ptr, False), "version": 3, "stream": None}
+
+
 @dataclass
 class Dense:
     """A validated dense operand."""
 
     name: str
     framework: str          # "numpy", "torch-cpu", "numba", "cupy", "torch", "cai"
-    array: object           # NumPy array (host) or Numba device array (device), no copy
+    array: object           # NumPy array (host), Numba device array or DeviceView (device), no copy
     original: object
 
     @property
@@ -62,13 +92,9 @@ def dense(x, name, ndim):
             x = x.detach()
         array = x.numpy()
     elif framework in ("cupy", "torch", "cai"):
-        from numba import cuda
-
-        if len(x.__cuda_array_interface__["shape"]) != ndim:
-            raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
         if framework == "torch" and x.requires_grad:
             x = x.detach()
-        array = cuda.as_cuda_array(x, sync=False)
+        array = DeviceView(x, x.__cuda_array_interface__)
     else:
         array = x
     if array.ndim != ndim:
@@ -110,7 +136,7 @@ def stream_of(op):
 
 
 def empty_like_framework(op, shape, dtype):
-    """(result object of ``op``'s framework, Numba view of it) for a new device array."""
+    """(result object of ``op``'s framework, view the kernels write) for a new device array."""
     from numba import cuda
 
     if op.framework == "torch":
@@ -118,13 +144,13 @@ def empty_like_framework(op, shape, dtype):
 
         torch_dtype = torch.float32 if np.dtype(dtype) == np.float32 else torch.float64
         result = torch.empty(shape, dtype=torch_dtype, device=op.original.device)
-        return result, cuda.as_cuda_array(result, sync=False)
+        return result, DeviceView(result, result.__cuda_array_interface__)
     if op.framework == "cupy":
         import cupy
 
         with cupy.cuda.Device(op.original.device.id):
             result = cupy.empty(shape, dtype=dtype)
-        return result, cuda.as_cuda_array(result, sync=False)
+        return result, DeviceView(result, result.__cuda_array_interface__)
     result = cuda.device_array(shape, dtype=dtype)
     return result, result
 

@@ -156,10 +156,9 @@ class _FastLaunch:
         packed = []
         for (kind, a, b), value in zip(self.kinds, args):
             if kind == "array":
-                if (not hasattr(value, "device_ctypes_pointer") or value.dtype != a or value.ndim != b
-                        or not value.is_c_contiguous()):
+                pointer = _device_pointer(value)
+                if pointer is None or value.dtype != a or value.ndim != b or not value.is_c_contiguous():
                     return False
-                pointer = value.device_ctypes_pointer.value or 0
                 packed += [0, 0, value.size, value.dtype.itemsize, pointer, *value.shape, *value.strides]
             elif kind == "scalar" and isinstance(value, (int, float, np.integer, np.floating)):
                 packed.append(a(b(value)))
@@ -171,6 +170,13 @@ class _FastLaunch:
             config = _launch_configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=0)
         launch(_core_stream(stream), config, self.kernel, *packed)
         return True
+
+
+def _device_pointer(array):
+    """Device address of a Numba device array or a DeviceView; None for anything else."""
+    if hasattr(array, "device_ctypes_pointer"):
+        return array.device_ctypes_pointer.value or 0
+    return getattr(array, "ptr", None) if hasattr(array, "__cuda_array_interface__") else None
 
 
 _default_core_stream = []

@@ -1,0 +1,36 @@
+"""DeviceView: what the kernels see of a foreign CUDA array (no GPU needed to check it)."""
+import numpy as np
+import pytest
+
+from numbasparse.arrays import DeviceView, dense
+
+
+class FakeCudaArray:
+    """Exports only __cuda_array_interface__, like a CuPy or PyTorch array would."""
+
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=4096):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
+                                         "strides": strides, "version": 3}
+
+
+def test_view_reads_the_interface():
+    view = DeviceView(None, FakeCudaArray((3, 5)).__cuda_array_interface__)
+    assert (view.ptr, view.shape, view.dtype, view.ndim, view.size) == (4096, (3, 5), np.float32, 2, 15)
+    assert view.strides == (20, 4) and view.is_c_contiguous() and view.nbytes == 60
+    assert view.__cuda_array_interface__["data"] == (4096, False)
+
+
+def test_transposed_view_is_not_contiguous():
+    view = DeviceView(None, FakeCudaArray((5, 3), strides=(4, 20)).__cuda_array_interface__)
+    assert not view.is_c_contiguous()
+
+
+def test_dense_wraps_foreign_arrays_and_checks_them():
+    op = dense(FakeCudaArray((4, 2)), "B", 2)
+    assert op.on_device and op.framework == "cai" and isinstance(op.array, DeviceView)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        dense(FakeCudaArray((4, 2), strides=(4, 16)), "B", 2)
+    with pytest.raises(ValueError, match="2-D"):
+        dense(FakeCudaArray((4,)), "B", 2)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        dense(FakeCudaArray((4, 2), typestr="<i8"), "B", 2)
