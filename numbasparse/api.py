@@ -89,7 +89,7 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
     m, k = _shape_of(A)
     if b.shape[0] != k:
         raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
-    algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1])
+    algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], A.nnz)
     shape = (m, b.shape[1])
     result, C = _output(out, b, shape, b.dtype)
 
@@ -129,7 +129,7 @@ def sddmm(A, X, Y, *, algorithm="auto", backend="auto"):
         raise ValueError(f"A is {m}x{n}, so X must have {m} rows and Y {n} rows; got X {x.shape}, Y {y.shape}")
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"X and Y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
-    algo = dispatch.resolve("sddmm", algorithm, backend, x.on_device, x.shape[1])
+    algo = dispatch.resolve("sddmm", algorithm, backend, x.on_device, x.shape[1], A.nnz)
 
     if algo.backend == "cpu":
         host = _host_csr(A, x.dtype, "X")

@@ -76,15 +76,23 @@ def simulator_enabled():
     return bool(config.ENABLE_CUDASIM)
 
 
-def _auto_name(op, backend, n_cols):
+#: Below this many nonzeros a CUDA SpMM is bound by host overhead, and CRC+CWM's single
+#: launch beats HP's two (fill + kernel): faster on 15 of the 16 (graph, N) cases of Cora,
+#: Citeseer, PubMed and the default graph in BENCHMARKS.md's full comparison.
+SMALL_SPMM_NNZ = 100_000
+
+
+def _auto_name(op, backend, n_cols, nnz):
     if backend == "cpu":
         return "cpu_rows"
-    # HP kernels balance work by nonzeros, so they do not stall on heavy rows (see
-    # BENCHMARKS.md for the measurements behind this rule).
+    if op == "spmm" and nnz < SMALL_SPMM_NNZ:
+        return "crc_cwm2"
+    # HP kernels balance work by nonzeros, so heavy rows do not stall one warp: 3-14x faster
+    # than CRC/CWM on R-MAT graphs from 1.8M nonzeros (BENCHMARKS.md).
     return "hp"
 
 
-def resolve(op, algorithm, backend, on_device, n_cols):
+def resolve(op, algorithm, backend, on_device, n_cols, nnz=0):
     """The :class:`Algorithm` to run, or ValueError naming the bad argument."""
     table = TABLES[op]
     if backend not in BACKENDS:
@@ -102,5 +110,5 @@ def resolve(op, algorithm, backend, on_device, n_cols):
         raise ValueError("backend='cpu' needs host (NumPy) arrays, but the operands are CUDA arrays")
     if backend == "cuda" and not (gpu_present() or simulator_enabled()):
         raise ValueError("backend='cuda' needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1); none was found")
-    name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols)
+    name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, nnz)
     return table[name]
