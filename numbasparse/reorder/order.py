@@ -1,0 +1,52 @@
+"""Permutations of a graph's nodes and the statistics that judge them."""
+import numpy as np
+import scipy.sparse as sp
+
+from .louvain import louvain
+
+
+def check_permutation(perm, n):
+    perm = np.asarray(perm)
+    if perm.shape != (n,) or perm.dtype.kind not in "iu" or not np.array_equal(np.sort(perm), np.arange(n)):
+        raise ValueError(f"perm must be a permutation of 0..{n - 1}")
+    return perm.astype(np.int64)
+
+
+def permute(A, perm):
+    """``P A P^T``: row and column ``new`` of the result are row and column ``perm[new]`` of A."""
+    if not sp.issparse(A) or A.shape[0] != A.shape[1]:
+        raise ValueError("A must be a square scipy.sparse matrix")
+    perm = check_permutation(perm, A.shape[0])
+    A = sp.csr_matrix(A)
+    return sp.csr_matrix(A[perm][:, perm])
+
+
+def cluster_order(A, **louvain_args):
+    """HP-SpMM's graph-clustering reordering (paper 000, section III-C): a permutation that
+    makes every Louvain community contiguous.
+
+    Communities keep the order of their lowest-numbered node, and nodes keep their original
+    order inside a community (a stable sort by label), so whatever locality the input order
+    already has survives, while rows that share neighbours become neighbours themselves: the
+    warps that process them then read the same rows of B while those are still in L2.
+    """
+    labels = louvain(A, **louvain_args)
+    first = np.full(labels.max() + 1 if labels.size else 0, labels.size, np.int64)
+    np.minimum.at(first, labels, np.arange(labels.size))
+    rank = np.argsort(np.argsort(first, kind="stable"), kind="stable")
+    return np.argsort(rank[labels], kind="stable")
+
+
+def row_window_stats(A, window=16):
+    """Per window of ``window`` consecutive rows: (nnz, non-zero columns, computing intensity
+    = nnz / non-zero columns, 0 for an empty window), as three arrays (HC-SpMM, paper 001)."""
+    if window < 1:
+        raise ValueError("window must be positive")
+    A = sp.csr_matrix(A)
+    n_windows = -(-A.shape[0] // window)
+    win_of_entry = np.repeat(np.arange(A.shape[0]) // window, np.diff(A.indptr))
+    nnz = np.bincount(win_of_entry, minlength=n_windows)
+    pairs = np.unique(win_of_entry.astype(np.int64) * A.shape[1] + A.indices)
+    columns = np.bincount(pairs // max(A.shape[1], 1), minlength=n_windows)
+    intensity = np.divide(nnz, columns, out=np.zeros(n_windows), where=columns > 0)
+    return nnz, columns, intensity

@@ -1,0 +1,86 @@
+"""Louvain, the clustering order, permutations and row-window statistics (CPU)."""
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from numbasparse import graphs
+from numbasparse.reorder import cluster_order, louvain, modularity, permute, row_window_stats
+
+
+def cliques(sizes, bridges=True):
+    """Disjoint cliques, consecutive ones joined by one edge; nodes shuffled."""
+    blocks = [np.ones((s, s)) - np.eye(s) for s in sizes]
+    A = sp.lil_matrix(sp.block_diag(blocks))
+    starts = np.cumsum([0] + sizes[:-1])
+    if bridges:
+        for a, b in zip(starts[:-1], starts[1:]):
+            A[a, b] = A[b, a] = 1
+    truth = np.repeat(np.arange(len(sizes)), sizes)
+    perm = np.random.default_rng(0).permutation(len(truth))
+    return permute(sp.csr_matrix(A), perm), truth[perm]
+
+
+def same_partition(a, b):
+    return len(set(zip(a, b))) == len(set(a)) == len(set(b))
+
+
+def test_louvain_recovers_planted_cliques():
+    A, truth = cliques([6, 8, 5, 7])
+    assert same_partition(louvain(A, seed=3), truth)
+
+
+def test_louvain_is_deterministic_for_a_seed():
+    A = graphs.default_graph()
+    np.testing.assert_array_equal(louvain(A, seed=7), louvain(A, seed=7))
+
+
+@pytest.mark.parametrize("name", ["default", "rmat12"])
+def test_modularity_matches_networkx_and_louvain_quality(name):
+    A = graphs.default_graph() if name == "default" else graphs.rmat(12, 8)
+    labels = louvain(A, seed=0)
+    G = nx.from_scipy_sparse_array(A)
+    communities = [set(np.flatnonzero(labels == c)) for c in np.unique(labels)]
+    ours = modularity(A, labels)
+    assert ours == pytest.approx(nx.community.modularity(G, communities), abs=1e-9)
+    theirs = max(nx.community.modularity(G, nx.community.louvain_communities(G, seed=s)) for s in range(2))
+    assert ours >= theirs * 0.99
+
+
+def test_modularity_of_a_single_community_is_zero():
+    A = graphs.rmat(8, 4)
+    assert modularity(A, np.zeros(A.shape[0], int)) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_cluster_order_is_a_permutation_with_contiguous_communities():
+    A, truth = cliques([5, 9, 4])
+    perm = cluster_order(A, seed=1)
+    assert np.array_equal(np.sort(perm), np.arange(A.shape[0]))
+    ordered = truth[perm]
+    assert np.count_nonzero(np.diff(ordered)) == 2  # each community is one run
+
+
+def test_permute_is_PAPT_and_refuses_bad_perms():
+    rng = np.random.default_rng()
+    A = sp.random(7, 7, density=0.4, format="csr", random_state=rng)
+    perm = rng.permutation(7)
+    np.testing.assert_array_equal(permute(A, perm).toarray(), A.toarray()[perm][:, perm])
+    with pytest.raises(ValueError, match="permutation"):
+        permute(A, [0, 0, 1, 2, 3, 4, 5])
+    with pytest.raises(ValueError, match="square"):
+        permute(sp.random(3, 4, format="csr"), [0, 1, 2])
+
+
+def test_row_window_stats():
+    A = sp.csr_matrix(np.array([[1, 1, 0], [0, 1, 0], [0, 0, 0], [1, 0, 1]]))
+    nnz, columns, intensity = row_window_stats(A, window=2)
+    np.testing.assert_array_equal(nnz, [3, 2])
+    np.testing.assert_array_equal(columns, [2, 2])
+    np.testing.assert_allclose(intensity, [1.5, 1.0])
+
+
+def test_louvain_refuses_bad_graphs():
+    with pytest.raises(ValueError, match="square"):
+        louvain(sp.random(3, 4, format="csr"))
+    with pytest.raises(ValueError, match="non-negative"):
+        louvain(sp.csr_matrix(-np.eye(3)))
