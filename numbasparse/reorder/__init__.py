@@ -1,7 +1,8 @@
 """Graph reorderings, computed on the CPU with ``numba.njit``: Louvain communities and the
-graph-clustering order of HP-SpMM (paper 000).  HC-SpMM's LOA and ``prepare()`` are still
-open work (see the issue tracker)."""
+graph-clustering order of HP-SpMM (paper 000), and HC-SpMM's layout reorganization LOA (paper
+001).  ``numbasparse.prepare()`` is still open work (see the issue tracker)."""
+from .loa import loa
 from .louvain import louvain, modularity
-from .order import cluster_order, permute, row_window_stats
+from .order import cluster_order, mean_intensity, permute, row_window_stats
 
-__all__ = ["cluster_order", "louvain", "modularity", "permute", "row_window_stats"]
+__all__ = ["cluster_order", "loa", "louvain", "mean_intensity", "modularity", "permute", "row_window_stats"]

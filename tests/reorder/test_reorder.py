@@ -18,7 +18,9 @@ def cliques(sizes, bridges=True):
             A[a, b] = A[b, a] = 1
     truth = np.repeat(np.arange(len(sizes)), sizes)
     perm = np.random.default_rng(0).permutation(len(truth))
-    return permute(sp.csr_matrix(A), perm), truth[perm]
+    A = sp.csr_matrix(A)
+    A.eliminate_zeros()
+    return permute(A, perm), truth[perm]
 
 
 def same_partition(a, b):
@@ -84,3 +86,31 @@ def test_louvain_refuses_bad_graphs():
         louvain(sp.random(3, 4, format="csr"))
     with pytest.raises(ValueError, match="non-negative"):
         louvain(sp.csr_matrix(-np.eye(3)))
+
+
+def test_loa_is_a_permutation_that_raises_window_intensity():
+    from numbasparse.reorder import loa, mean_intensity
+
+    A = graphs.default_graph()
+    perm = loa(A)
+    assert np.array_equal(np.sort(perm), np.arange(A.shape[0]))
+    assert mean_intensity(permute(A, perm)) > mean_intensity(A) * 1.2
+
+
+def test_loa_groups_a_shuffled_clique_into_one_window():
+    from numbasparse.reorder import loa, mean_intensity
+
+    A, truth = cliques([16, 16], bridges=False)
+    perm = loa(A, window=16, vertex_window=32)
+    windows = truth[perm].reshape(2, 16)
+    assert all(len(set(w)) == 1 for w in windows)
+    assert mean_intensity(permute(A, perm)) == pytest.approx(15 * 16 / 16)
+
+
+def test_loa_refuses_bad_arguments():
+    from numbasparse.reorder import loa
+
+    with pytest.raises(ValueError, match="square"):
+        loa(sp.random(3, 4, format="csr"))
+    with pytest.raises(ValueError, match="positive"):
+        loa(sp.identity(3, format="csr"), window=0)
