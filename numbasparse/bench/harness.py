@@ -214,3 +214,19 @@ def run_sampled(name, subgraphs, impls, n, *, dtype="float32", repeat=20, warmup
             row["status"] = f"skipped: {exc}"
         rows.append(row)
     return rows
+
+
+def add_payoff(rows, prep_seconds):
+    """For rows of a reordered graph ``NAME+METHOD``: the reordering time (``prep_s``) and the
+    number of calls after which it has paid for itself against the same case on ``NAME``
+    (``payoff_calls``; inf when the reordered graph is not faster).  In place."""
+    base = {(r["graph"], r["op"], r["reduce"], r["n"], r["impl"]): r for r in rows}
+    for r in rows:
+        if r["graph"] not in prep_seconds:
+            continue
+        r["prep_s"] = prep_seconds[r["graph"]]
+        plain = base.get((r["graph"].rsplit("+", 1)[0], r["op"], r["reduce"], r["n"], r["impl"]))
+        if plain is not None and "ms" in plain and "ms" in r:
+            saving = plain["ms"] - r["ms"]
+            r["payoff_calls"] = r["prep_s"] * 1e3 / saving if saving > 0 else float("inf")
+    return rows

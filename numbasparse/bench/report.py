@@ -3,7 +3,7 @@ import json
 import math
 
 COLUMNS = ("graph", "nnz", "op", "reduce", "n", "impl", "ms", "call_ms", "floor_ms", "of_floor",
-           "gbs", "gflops", "speedup", "error", "status")
+           "gbs", "gflops", "speedup", "prep_s", "payoff_calls", "error", "status")
 
 
 def _fmt(value):

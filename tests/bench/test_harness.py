@@ -86,3 +86,20 @@ def test_bench_without_gpu_says_so(capsys):
         pytest.skip("a GPU is present")
     assert main(["--graphs", "rmat:6"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_reorder_variants_and_payoff():
+    from numbasparse.bench.__main__ import load_graphs
+
+    args = parse_args(["--graphs", "rmat:8", "--reorder", "none,louvain,loa"])
+    found, prep = load_graphs(args)
+    assert set(found) == {"rmat:8", "rmat:8+louvain", "rmat:8+loa"} and set(prep) == {"rmat:8+louvain", "rmat:8+loa"}
+    assert all(found[k].nnz == found["rmat:8"].nnz for k in found)
+    rows = [dict(graph="g", op="spmm", reduce="sum", n=32, impl="ns:hp", ms=2.0),
+            dict(graph="g+loa", op="spmm", reduce="sum", n=32, impl="ns:hp", ms=1.5),
+            dict(graph="g+louvain", op="spmm", reduce="sum", n=32, impl="ns:hp", ms=2.5)]
+    harness.add_payoff(rows, {"g+loa": 0.01, "g+louvain": 0.02})
+    assert rows[1]["payoff_calls"] == pytest.approx(20.0)
+    assert rows[2]["payoff_calls"] == float("inf")
+    with pytest.raises(SystemExit):
+        parse_args(["--reorder", "rcm"])
