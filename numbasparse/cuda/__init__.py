@@ -11,7 +11,7 @@ def kernel_configs():
     import numba
     import numpy as np
 
-    from . import crc, gather, hp, reductions, sddmm_warp
+    from . import crc, gather, hc, hp, reductions, sddmm_warp
 
     configs = []
     for value, index in (("<f4", "<i4"), ("<f8", "<i8")):
@@ -32,6 +32,9 @@ def kernel_configs():
                             (*csr, V[:, ::1], V[:, ::1], V[::1], numba.int64)))
         configs.append((f"sddmm_warp_row {value}/{index}", sddmm_warp.sddmm_warp_row_kernel(value),
                         (*csr, V[:, ::1], V[:, ::1], V[::1])))
+        i64 = numba.int64[::1]
+        configs.append((f"spmm_hc {value}/{index}", hc.spmm_hc_kernel(value, index),
+                        (*csr, i64, i64, i64, i64, numba.boolean[::1], V[:, ::1], V[:, ::1])))
         configs.append((f"gather_rows {value}", gather.gather_rows_kernel(), (V[:, ::1], numba.int64[::1], V[:, ::1])))
         configs.append((f"gather {value}", gather.gather_kernel(), (V[::1], numba.int64[::1], V[::1])))
     return configs
