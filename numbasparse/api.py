@@ -28,10 +28,15 @@ def _check_csr_dtype(A, dtype, operand):
 
 
 def _host_csr(A, dtype, operand):
-    """Canonical scipy CSR of ``A`` with values of ``dtype`` (for the CPU backend)."""
+    """Canonical scipy CSR of ``A`` with values of ``dtype`` (for the CPU backend).  A CSR
+    matrix that is already canonical and of that dtype is used as it is (the CPU kernels only
+    read it), so repeated calls, and ``Plan``'s CPU path, do not copy the graph each time."""
     if isinstance(A, CSR):
         _check_csr_dtype(A, dtype, operand)
         return A._host
+    if (sp.isspmatrix_csr(A) or isinstance(A, sp.csr_array)) and A.dtype == dtype \
+            and A.indices.dtype == A.indptr.dtype and A.has_canonical_format:
+        return A
     return canonical_csr(A, dtype=dtype)
 
 

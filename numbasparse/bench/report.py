@@ -80,11 +80,7 @@ def plots(rows, directory, yardstick_name):
         ax.set_xticklabels([f"{g}\nN={n}" for g, n in cases], rotation=90, fontsize=7)
         ax.set_ylabel(f"speedup over {yardstick_name[op]}")
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = directory / f"speedup_{op}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(str(path))
+        written.append(_save(plt, fig, directory / f"speedup_{op}.png"))
 
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for impl in impls:
@@ -95,12 +91,15 @@ def plots(rows, directory, yardstick_name):
         ax.set_xlabel("nonzeros")
         ax.set_ylabel("ms")
         ax.legend(fontsize=6)
-        fig.tight_layout()
-        path = directory / f"time_vs_nnz_{op}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(str(path))
+        written.append(_save(plt, fig, directory / f"time_vs_nnz_{op}.png"))
     return written
+
+
+def _save(plt, fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
 
 
 def compact_markdown(rows, yardstick):
