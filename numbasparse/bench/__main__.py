@@ -12,6 +12,7 @@ import sys
 import time
 
 from .. import dispatch, graphs
+from ..csr import canonical_csr
 from . import harness, report
 from .baselines import BASELINES, YARDSTICK
 
@@ -70,6 +71,9 @@ def load_graphs(args):
             found[spec] = graphs.from_spec(spec)
     if args.data:
         found.update(graphs.load_npz_dir(args.data))
+    # Canonical CSR (sorted, no duplicates) for every implementation and reference alike:
+    # SDDMM returns its values in canonical order.
+    found = {name: canonical_csr(A) for name, A in found.items()}
     prep_seconds = {}
     for name, A in list(found.items()):
         for method in args.reorder:

@@ -13,12 +13,16 @@ def check_permutation(perm, n):
 
 
 def permute(A, perm):
-    """``P A P^T``: row and column ``new`` of the result are row and column ``perm[new]`` of A."""
+    """``P A P^T``: row and column ``new`` of the result are row and column ``perm[new]`` of A.
+
+    The result has sorted column indices in every row."""
     if not sp.issparse(A) or A.shape[0] != A.shape[1]:
         raise ValueError("A must be a square scipy.sparse matrix")
     perm = check_permutation(perm, A.shape[0])
     A = sp.csr_matrix(A)
-    return sp.csr_matrix(A[perm][:, perm])
+    result = sp.csr_matrix(A[perm][:, perm])
+    result.sort_indices()  # column indexing leaves rows unsorted; kernels and users expect order
+    return result
 
 
 def cluster_order(A, **louvain_args):
