@@ -3,9 +3,9 @@ from ._compat import check_numpy
 
 check_numpy()
 
-from .api import algorithms, sddmm, spmm  # noqa: E402
+from .api import algorithms, sddmm, spmm, spmm_dense  # noqa: E402
 from .csr import CSR  # noqa: E402
 from .plan import Plan, prepare  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["CSR", "Plan", "algorithms", "prepare", "sddmm", "spmm"]
+__all__ = ["CSR", "Plan", "algorithms", "prepare", "sddmm", "spmm", "spmm_dense"]

@@ -94,7 +94,7 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
     m, k = _shape_of(A)
     if b.shape[0] != k:
         raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
-    algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], A.nnz)
+    algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], A.nnz, reduce)
     shape = (m, b.shape[1])
     result, C = _output(out, b, shape, b.dtype)
 
@@ -152,6 +152,46 @@ def sddmm(A, X, Y, *, algorithm="auto", backend="auto"):
     algo.run(dev, cuda.to_device(x.array), cuda.to_device(y.array), values)
     host = dev._host
     return sp.csr_matrix((values.copy_to_host(), host.indices.copy(), host.indptr.copy()), shape=host.shape)
+
+
+def spmm_dense(A, X, W, *, backend="auto"):
+    """A GCN layer's aggregation and update, ``(A @ X) @ W``, fused into one kernel on CUDA.
+
+    A: scipy.sparse matrix/array or :class:`CSR`, shape (M, K).
+    X: (K, F_in) and W: (F_in, F_out), float32/float64, both NumPy or both CUDA arrays.
+
+    On CUDA, one kernel aggregates each 16-row window of ``A @ X`` into shared memory on
+    HC-SpMM's path for that window (dense tiles or CUDA cores, chosen by the selector) and
+    multiplies it by W there (paper 001, section V-A), so ``A @ X`` never goes to global
+    memory.  On the CPU backend it is ``spmm`` then a NumPy matmul.  Returns (M, F_out) of X's
+    dtype and kind.
+    """
+    x = arrays.dense(X, "X", 2)
+    w = arrays.dense(W, "W", 2)
+    arrays.same_place(x, w)
+    if x.dtype != w.dtype:
+        raise TypeError(f"X and W must have the same dtype, got {x.dtype} and {w.dtype}")
+    m, k = _shape_of(A)
+    if x.shape[0] != k:
+        raise ValueError(f"A has {k} columns but X has {x.shape[0]} rows (A is {m}x{k}, X is {x.shape})")
+    if w.shape[0] != x.shape[1]:
+        raise ValueError(f"X has {x.shape[1]} columns but W has {w.shape[0]} rows (W is {w.shape})")
+    shape = (m, w.shape[1])
+    algo = dispatch.resolve("spmm", "auto", backend, x.on_device, x.shape[1], A.nnz)
+    if algo.backend == "cpu":
+        Z = algo.run(_host_csr(A, x.dtype, "X"), x.array, "sum")
+        return arrays.host_result(x, Z @ w.array)
+
+    from numba import cuda
+
+    dev = _device_csr(A, x.dtype, "X")
+    if x.on_device:
+        result, out = arrays.empty_like_framework(x, shape, x.dtype)
+        dispatch.spmm_dense_fused(dev, x.array, w.array, out, stream=arrays.stream_of(x))
+        return result
+    out = cuda.device_array(shape, dtype=x.dtype)
+    dispatch.spmm_dense_fused(dev, cuda.to_device(x.array), cuda.to_device(w.array), out)
+    return arrays.host_result(x, out.copy_to_host())
 
 
 def algorithms(op):

@@ -60,6 +60,7 @@ class CSR:
         from numba import cuda
 
         self._host = host
+        self._derived = {}  # device data built from this matrix once (e.g. HC-SpMM's row windows)
         self.indptr = cuda.to_device(host.indptr)
         self.indices = cuda.to_device(host.indices)
         self.data = cuda.to_device(host.data)

@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 
 from . import cpu
-from .cuda import crc, hp, sddmm_warp
+from .cuda import crc, hc, hp, sddmm_warp
 
 BACKENDS = ("auto", "cuda", "cpu")
 
@@ -18,6 +18,51 @@ class Algorithm:
     backend: str
     run: object
     summary: str
+    reductions: tuple = ("sum", "mean", "max", "min")
+
+
+def hc_windows(A):
+    """HC-SpMM's row windows of a device :class:`CSR`: (RowWindows, dict of device arrays),
+    built on the host and uploaded on first use, then kept with the matrix."""
+    if "row_windows" not in A._derived:
+        from numba import cuda
+
+        from .cpu.row_windows import row_windows
+
+        windows = row_windows(A._host)
+        A._derived["row_windows"] = (windows, {name: cuda.to_device(getattr(windows, name))
+                                               for name in windows.DEVICE_FIELDS})
+    return A._derived["row_windows"]
+
+
+def hc_paths(A, mode):
+    """Device boolean array, per row window: True -> dense-tile path.  ``mode`` is "hybrid"
+    (the logistic-regression selector, :mod:`numbasparse.select`), "tiles" or "cores"."""
+    key = ("hc_paths", mode)
+    if key not in A._derived:
+        import numpy as np
+        from numba import cuda
+
+        from . import select
+
+        windows, _ = hc_windows(A)
+        if mode == "hybrid":
+            choice = select.use_tiles(windows)
+        else:
+            choice = np.full(windows.n_windows, mode == "tiles", np.bool_)
+        A._derived[key] = cuda.to_device(choice)
+    return A._derived[key]
+
+
+def _spmm_hc(mode):
+    def run(A, B, C, reduce, *, stream=0):
+        hc.spmm_hc(A, hc_windows(A)[1], hc_paths(A, mode), B, C, stream=stream)
+    return run
+
+
+def spmm_dense_fused(A, X, W, out, *, stream=0):
+    """The fused GCN layer on HC-SpMM's hybrid paths (selector-chosen per window)."""
+    hc.spmm_dense(A, hc_windows(A)[1], hc_paths(A, "hybrid"), X, W, out, stream=stream)
 
 
 def _table(*algorithms):
@@ -33,6 +78,10 @@ SPMM = _table(
               "GE-SpMM CRC + coarse-grained warp merging, 4 columns per thread"),
     Algorithm("hp", "cuda", hp.spmm_hp,
               "HP-SpMM hybrid node/edge parallel, equal nonzeros per warp, vector loads"),
+    Algorithm("hc", "cuda", _spmm_hc("hybrid"),
+              "HC-SpMM 16-row windows, dense-tile or CUDA-core path per window (LR selector)", ("sum",)),
+    Algorithm("hc_tiles", "cuda", _spmm_hc("tiles"), "HC-SpMM, every window on the dense-tile path", ("sum",)),
+    Algorithm("hc_cores", "cuda", _spmm_hc("cores"), "HC-SpMM, every window on the CUDA-core path", ("sum",)),
     Algorithm("cpu_rows", "cpu", cpu.spmm_rows, "numba.njit(parallel=True), rows across cores"),
 )
 
@@ -92,7 +141,7 @@ def _auto_name(op, backend, n_cols, nnz):
     return "hp"
 
 
-def resolve(op, algorithm, backend, on_device, n_cols, nnz=0):
+def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum"):
     """The :class:`Algorithm` to run, or ValueError naming the bad argument."""
     table = TABLES[op]
     if backend not in BACKENDS:
@@ -111,4 +160,6 @@ def resolve(op, algorithm, backend, on_device, n_cols, nnz=0):
     if backend == "cuda" and not (gpu_present() or simulator_enabled()):
         raise ValueError("backend='cuda' needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1); none was found")
     name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, nnz)
+    if op == "spmm" and reduce not in table[name].reductions:
+        raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")
     return table[name]

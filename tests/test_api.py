@@ -28,6 +28,10 @@ def small(rng):
        algorithm=st.sampled_from(ns.algorithms("spmm")), seed=st.integers(0, 2**32 - 1))
 def test_spmm_every_algorithm_through_api(A, n, reduce, algorithm, seed):
     B = random_dense(np.random.default_rng(seed), (A.shape[1], n), np.float32)
+    if reduce not in ns.dispatch.SPMM[algorithm].reductions:
+        with pytest.raises(ValueError, match="supports reduce"):
+            ns.spmm(A, B, reduce=reduce, algorithm=algorithm)
+        return
     assert_close(ns.spmm(A, B, reduce=reduce, algorithm=algorithm), spmm_reference(A, B, reduce), np.float32)
 
 
@@ -200,3 +204,31 @@ def test_auto_rule_follows_the_measurements():
     assert dispatch._auto_name("spmm", "cuda", 64, large) == "hp"
     assert dispatch._auto_name("sddmm", "cuda", 64, small) == "hp"
     assert dispatch._auto_name("spmm", "cpu", 64, large) == "cpu_rows"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spmm_dense_is_spmm_then_matmul(backend, rng):
+    A = sp.random(40, 30, density=0.2, format="csr", random_state=rng)
+    X = random_dense(rng, (30, 12), np.float32)
+    W = random_dense(rng, (12, 5), np.float32)
+    expected = spmm_reference(A, X) @ W.astype(np.float64)
+    assert_close(ns.spmm_dense(A, X, W, backend=backend), expected, np.float32)
+
+
+def test_spmm_dense_on_device_arrays(rng):
+    A = sp.random(20, 17, density=0.3, format="csr", random_state=rng)
+    X = random_dense(rng, (17, 6), np.float64)
+    W = random_dense(rng, (6, 3), np.float64)
+    out = ns.spmm_dense(ns.CSR.from_scipy(A), cuda.to_device(X), cuda.to_device(W))
+    assert_close(out.copy_to_host(), spmm_reference(A, X) @ W, np.float64)
+
+
+@pytest.mark.parametrize("X_shape, W_shape, W_dtype, error, match", [
+    ((5, 4), (4, 2), np.float32, ValueError, "A has 6 columns but X has 5 rows"),
+    ((6, 4), (3, 2), np.float32, ValueError, "X has 4 columns but W has 3 rows"),
+    ((6, 4), (4, 2), np.float64, TypeError, "same dtype"),
+])
+def test_spmm_dense_rejects_bad_shapes(small, X_shape, W_shape, W_dtype, error, match):
+    A, _ = small
+    with pytest.raises(error, match=match):
+        ns.spmm_dense(A, np.ones(X_shape, np.float32), np.ones(W_shape, W_dtype))

@@ -19,9 +19,20 @@ class RowWindows:
     col_ptr: np.ndarray      # (n_windows + 1,) window w's condensed columns: cols[col_ptr[w]:col_ptr[w+1]]
     cols: np.ndarray         # original column of each condensed column
     entry_col: np.ndarray    # (nnz,) condensed column (within its window) of each CSR entry
-    tile_ptr: np.ndarray     # (n_windows + 1,) cumulative number of 16x8 tiles per window
+    tile_ptr: np.ndarray     # (n_windows + 1,) window w's tiles are tile_ptr[w]:tile_ptr[w+1]
+    entry_ptr: np.ndarray    # (n_tiles + 1,) tile t's entries are tile_entry[entry_ptr[t]:entry_ptr[t+1]]
+    tile_entry: np.ndarray   # (nnz,) CSR position of each entry, grouped by tile
+    tile_slot: np.ndarray    # (nnz,) its place in the dense 16x8 tile: row_in_window * 8 + column_in_tile
     nnz: np.ndarray          # (n_windows,) nonzeros per window
     n_cols: np.ndarray       # (n_windows,) non-zero columns per window
+
+    #: the arrays the HC-SpMM kernels read, in the order they take them
+    DEVICE_FIELDS = ("col_ptr", "cols", "tile_ptr", "entry_ptr", "tile_entry", "tile_slot")
+
+    @property
+    def n_tiles(self):
+        """16x8 tiles per window."""
+        return np.diff(self.tile_ptr)
 
     @property
     def density(self):
@@ -60,10 +71,41 @@ def _condense(indptr, indices, n_rows, n_cols_total):
     return col_ptr, cols[:total].copy(), entry_col, nnz
 
 
+@njit(cache=True)
+def _group_by_tile(indptr, entry_col, tile_ptr, n_rows):
+    """Counting sort of the entries by tile: (entry_ptr, tile_entry, tile_slot)."""
+    n_windows = tile_ptr.shape[0] - 1
+    nnz = entry_col.shape[0]
+    entry_ptr = np.zeros(tile_ptr[-1] + 1, np.int64)
+    tile_of = np.empty(nnz, np.int64)
+    slot = np.empty(nnz, np.int64)
+    for w in range(n_windows):
+        for r in range(WINDOW):
+            row = w * WINDOW + r
+            if row >= n_rows:
+                break
+            for p in range(indptr[row], indptr[row + 1]):
+                tile_of[p] = tile_ptr[w] + entry_col[p] // TILE_COLS
+                slot[p] = r * TILE_COLS + entry_col[p] % TILE_COLS
+                entry_ptr[tile_of[p] + 1] += 1
+    for t in range(tile_ptr[-1]):
+        entry_ptr[t + 1] += entry_ptr[t]
+    fill = entry_ptr[:-1].copy()
+    tile_entry = np.empty(nnz, np.int64)
+    tile_slot = np.empty(nnz, np.int64)
+    for p in range(nnz):
+        q = fill[tile_of[p]]
+        fill[tile_of[p]] += 1
+        tile_entry[q] = p
+        tile_slot[q] = slot[p]
+    return entry_ptr, tile_entry, tile_slot
+
+
 def row_windows(A):
     """RowWindows of a canonical scipy CSR matrix ``A``."""
-    col_ptr, cols, entry_col, nnz = _condense(A.indptr.astype(np.int64), A.indices.astype(np.int64),
-                                              A.shape[0], A.shape[1])
+    indptr = A.indptr.astype(np.int64)
+    col_ptr, cols, entry_col, nnz = _condense(indptr, A.indices.astype(np.int64), A.shape[0], A.shape[1])
     n_cols = np.diff(col_ptr)
     tile_ptr = np.concatenate([[0], np.cumsum(-(-n_cols // TILE_COLS))]).astype(np.int64)
-    return RowWindows(len(nnz), col_ptr, cols, entry_col, tile_ptr, nnz, n_cols)
+    entry_ptr, tile_entry, tile_slot = _group_by_tile(indptr, entry_col, tile_ptr, A.shape[0])
+    return RowWindows(len(nnz), col_ptr, cols, entry_col, tile_ptr, entry_ptr, tile_entry, tile_slot, nnz, n_cols)

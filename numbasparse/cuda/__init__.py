@@ -32,9 +32,11 @@ def kernel_configs():
                             (*csr, V[:, ::1], V[:, ::1], V[::1], numba.int64)))
         configs.append((f"sddmm_warp_row {value}/{index}", sddmm_warp.sddmm_warp_row_kernel(value),
                         (*csr, V[:, ::1], V[:, ::1], V[::1])))
-        i64 = numba.int64[::1]
+        windows = (numba.int64[::1],) * 6 + (numba.boolean[::1],)
         configs.append((f"spmm_hc {value}/{index}", hc.spmm_hc_kernel(value, index),
-                        (*csr, i64, i64, i64, i64, numba.boolean[::1], V[:, ::1], V[:, ::1])))
+                        (*csr, *windows, V[:, ::1], V[:, ::1])))
+        configs.append((f"spmm_dense {value}/{index}", hc.spmm_dense_kernel(value, index),
+                        (*csr, *windows, V[:, ::1], V[:, ::1], V[:, ::1])))
         configs.append((f"gather_rows {value}", gather.gather_rows_kernel(), (V[:, ::1], numba.int64[::1], V[:, ::1])))
         configs.append((f"gather {value}", gather.gather_kernel(), (V[::1], numba.int64[::1], V[::1])))
     return configs

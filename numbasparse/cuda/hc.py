@@ -1,8 +1,10 @@
 """HC-SpMM (paper 001): per 16-row window, a dense-tile path that emulates the tensor-core
-computation on CUDA cores, or a CUDA-core path over the window's CSR entries, in one launch.
+computation on CUDA cores, or a CUDA-core path over the window's CSR entries, in one launch;
+and the fused GCN layer ``(A @ X) @ W`` built from the same two paths (paper 001, section V-A).
 
-The selector that fills ``use_tiles`` (logistic regression on window features, trained on
-H100 timings) is not written yet; callers pass the per-window choice.
+Which path each window takes is the caller's ``use_tiles`` boolean array; the logistic-regression
+selector in :mod:`numbasparse.select` fills it.  The windows' arrays come from
+:func:`numbasparse.cpu.row_windows.row_windows` (``RowWindows.DEVICE_FIELDS``, on the device).
 """
 import functools
 
@@ -14,92 +16,122 @@ from ..cpu.row_windows import TILE_COLS, WINDOW
 from . import launch
 
 THREADS = 128             # 4 warps per window
-COLS = 32                 # output columns per block (blockIdx.y tiles N)
+COLS = 32                 # output columns per pass: thread t owns columns t % 8 + 8 q, q < 4
+PER_THREAD = WINDOW * COLS // THREADS  # 4 outputs per thread
 STAGE = THREADS           # CSR entries staged per round on the CUDA-core path
-PER_THREAD = WINDOW * COLS // THREADS  # outputs per thread: 4
+FUSED_K = 256             # columns of A @ X kept in shared memory by the fused kernel per pass
+
+assert WINDOW * TILE_COLS == THREADS  # one thread per slot of a 16x8 tile
+
+
+@functools.lru_cache(maxsize=None)
+def window_paths(value_dtype, index_dtype):
+    """Device functions ``(tiles_into, cores_into)`` that add one window's product with 32
+    columns of B (from ``col0``) into each thread's 4 accumulators.
+
+    Thread mapping: 128 threads per window; thread t owns row ``t // 8`` of the window and
+    columns ``col0 + t % 8 + 8 q`` (q < 4), so each warp instruction reads 32 contiguous bytes
+    of a row of B per row of the window.
+    """
+    value_type = numba.from_dtype(np.dtype(value_dtype))
+    index_type = numba.from_dtype(np.dtype(index_dtype))
+    zero = np.dtype(value_dtype).type(0)
+    tile_size = WINDOW * TILE_COLS
+    b_size = TILE_COLS * COLS
+
+    @cuda.jit(device=True, inline="always")
+    def tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B):
+        """Dense-tile path (paper 001, Algorithm 2 and Figure 6, on CUDA cores): per 16x8 tile,
+        scatter its nonzeros into a dense shared tile (one entry per thread at most), load the
+        matching 8 rows x 32 columns of B cooperatively, then MMA-style 8-long dot products."""
+        t = cuda.threadIdx.x
+        r = t // 8
+        n = B.shape[1]
+        a_tile = cuda.shared.array(tile_size, value_type)
+        b_tile = cuda.shared.array(b_size, value_type)
+        width = col_ptr[w + 1] - col_ptr[w]
+        for tile in range(tile_ptr[w], tile_ptr[w + 1]):
+            a_tile[t] = zero
+            cuda.syncthreads()
+            p = entry_ptr[tile] + t
+            if p < entry_ptr[tile + 1]:
+                a_tile[tile_slot[p]] = data[tile_entry[p]]
+            first = (tile - tile_ptr[w]) * TILE_COLS
+            for e in range(t, b_size, THREADS):
+                k = e // COLS
+                j = col0 + e - k * COLS
+                if first + k < width and j < n:
+                    b_tile[e] = B[cols[col_ptr[w] + first + k], j]
+                else:
+                    b_tile[e] = zero
+            cuda.syncthreads()
+            for q in range(PER_THREAD):
+                jj = t % 8 + 8 * q
+                s = acc[q]
+                for k in range(TILE_COLS):
+                    s += a_tile[r * TILE_COLS + k] * b_tile[k * COLS + jj]
+                acc[q] = s
+            cuda.syncthreads()
+
+    @cuda.jit(device=True, inline="always")
+    def cores_into(acc, w, col0, indptr, indices, data, B):
+        """CUDA-core path (paper 001, Algorithm 1 with edge indices staged in shared memory):
+        the window's (column, value) entries are staged 128 at a time; each thread then walks
+        its row's staged entries for its 4 columns."""
+        t = cuda.threadIdx.x
+        m = indptr.shape[0] - 1
+        n = B.shape[1]
+        row = w * WINDOW + t // 8
+        staged_col = cuda.shared.array(STAGE, index_type)
+        staged_val = cuda.shared.array(STAGE, value_type)
+        lo = indptr[w * WINDOW]
+        hi = indptr[min((w + 1) * WINDOW, m)]
+        row_lo = indptr[min(row, m)]
+        row_hi = indptr[min(row + 1, m)]
+        for base in range(lo, hi, STAGE):
+            if base + t < hi:
+                staged_col[t] = indices[base + t]
+                staged_val[t] = data[base + t]
+            cuda.syncthreads()
+            for p in range(max(row_lo, base), min(row_hi, base + STAGE)):
+                k = staged_col[p - base]
+                a = staged_val[p - base]
+                for q in range(PER_THREAD):
+                    j = col0 + t % 8 + 8 * q
+                    if j < n:
+                        acc[q] += a * B[k, j]
+            cuda.syncthreads()
+
+    return tiles_into, cores_into
 
 
 @functools.lru_cache(maxsize=None)
 def spmm_hc_kernel(value_dtype, index_dtype):
-    """Compile-once factory of the hybrid HC-SpMM kernel (sum only).
+    """Compile-once factory of the hybrid HC-SpMM kernel (sum).
 
-    Thread mapping: one block of 128 threads per (row window, 32 output columns); thread t owns
-    row ``t // 8`` of the window and columns ``t % 8 + 8 q`` (q < 4) of the block's 32.
-    Dense-tile path (``use_tiles[w]``): for each 16x8 tile of condensed columns, the block
-    scatters the tile's nonzeros into a dense 16x8 shared array and all warps cooperatively
-    load the matching 8 rows x 32 columns of B into shared memory (paper 001, Figure 6), then
-    every thread does the 8-long dot products of a tensor-core MMA for its outputs.
-    CUDA-core path: the window's (column, value) entries are staged in shared memory 128 at a
-    time; each thread accumulates its row's staged entries for its columns.
+    Thread mapping: one block of 128 threads per (row window, 32 output columns); the window
+    takes the dense-tile path where ``use_tiles[w]``, else the CUDA-core path (HC-SpMM's
+    per-window hybrid, paper 001 section IV-A: no merging, each window is one block's).
     """
     value_type = numba.from_dtype(np.dtype(value_dtype))
-    index_type = numba.from_dtype(np.dtype(index_dtype))
-    tile_size = WINDOW * TILE_COLS
-    b_size = TILE_COLS * COLS
     zero = np.dtype(value_dtype).type(0)
+    tiles_into, cores_into = window_paths(value_dtype, index_dtype)
 
     @cuda.jit
-    def spmm_hc(indptr, indices, data, entry_col, col_ptr, cols, tile_ptr, use_tiles, B, C):
+    def spmm_hc(indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot,
+                use_tiles, B, C):
         w = cuda.blockIdx.x
         t = cuda.threadIdx.x
-        r = t // 8
-        row = w * WINDOW + r
         m, n = C.shape
         col0 = cuda.blockIdx.y * COLS
-        a_tile = cuda.shared.array(tile_size, value_type)
-        b_tile = cuda.shared.array(b_size, value_type)
-        staged_col = cuda.shared.array(STAGE, index_type)
-        staged_val = cuda.shared.array(STAGE, value_type)
         acc = cuda.local.array(PER_THREAD, value_type)
         for q in range(PER_THREAD):
             acc[q] = zero
-        lo = indptr[w * WINDOW]
-        hi = indptr[min((w + 1) * WINDOW, m)]
         if use_tiles[w]:
-            for tile in range(tile_ptr[w + 1] - tile_ptr[w]):
-                first = tile * TILE_COLS
-                for e in range(t, tile_size, THREADS):
-                    a_tile[e] = zero
-                cuda.syncthreads()
-                for p in range(lo + t, hi, THREADS):  # scatter this tile's nonzeros
-                    k = entry_col[p] - first
-                    if 0 <= k < TILE_COLS:
-                        i = 0
-                        while indptr[w * WINDOW + i + 1] <= p:
-                            i += 1
-                        a_tile[i * TILE_COLS + k] = data[p]
-                for e in range(t, b_size, THREADS):  # 8 rows of B, 32 columns, coalesced
-                    k = e // COLS
-                    j = col0 + e - k * COLS
-                    cc = first + k
-                    if cc < col_ptr[w + 1] - col_ptr[w] and j < n:
-                        b_tile[e] = B[cols[col_ptr[w] + cc], j]
-                    else:
-                        b_tile[e] = zero
-                cuda.syncthreads()
-                for q in range(PER_THREAD):
-                    jj = t % 8 + 8 * q
-                    s = acc[q]
-                    for k in range(TILE_COLS):
-                        s += a_tile[r * TILE_COLS + k] * b_tile[k * COLS + jj]
-                    acc[q] = s
-                cuda.syncthreads()
+            tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
         else:
-            row_lo = indptr[min(row, m)]
-            row_hi = indptr[min(row + 1, m)]
-            for base in range(lo, hi, STAGE):
-                if base + t < hi:
-                    staged_col[t] = indices[base + t]
-                    staged_val[t] = data[base + t]
-                cuda.syncthreads()
-                for p in range(max(row_lo, base), min(row_hi, base + STAGE)):
-                    k = staged_col[p - base]
-                    a = staged_val[p - base]
-                    for q in range(PER_THREAD):
-                        j = col0 + t % 8 + 8 * q
-                        if j < n:
-                            acc[q] += a * B[k, j]
-                cuda.syncthreads()
+            cores_into(acc, w, col0, indptr, indices, data, B)
+        row = w * WINDOW + t // 8
         if row < m:
             for q in range(PER_THREAD):
                 j = col0 + t % 8 + 8 * q
@@ -109,16 +141,82 @@ def spmm_hc_kernel(value_dtype, index_dtype):
     return spmm_hc
 
 
-def spmm_hc(A, windows, use_tiles, B, C, *, stream=0):
-    """Launch HC-SpMM: ``C = A @ B`` with window w on the dense-tile path where ``use_tiles[w]``.
+@functools.lru_cache(maxsize=None)
+def spmm_dense_kernel(value_dtype, index_dtype):
+    """Compile-once factory of the fused GCN layer ``out = (A @ X) @ W`` (paper 001, section
+    V-A: aggregation and update in one kernel, the aggregated rows kept in shared memory).
 
-    ``windows`` holds the device copies of :func:`numbasparse.cpu.row_windows.row_windows`'s
-    arrays (``entry_col``, ``col_ptr``, ``cols``, ``tile_ptr``) as a dict.
+    Thread mapping: one block of 128 threads per row window.  For each slice of at most 256
+    columns of X, the block aggregates the window's 16 rows of ``A @ X`` into shared memory,
+    32 columns at a time, on the window's path (``use_tiles``); then thread t computes row
+    ``t // 8`` of the window times W for columns ``t % 8 + 8 q`` of each 32-column slice of
+    ``out``, adding to what earlier slices of X wrote (the block owns its rows: no atomics).
+    """
+    value_type = numba.from_dtype(np.dtype(value_dtype))
+    zero = np.dtype(value_dtype).type(0)
+    tiles_into, cores_into = window_paths(value_dtype, index_dtype)
+    stride = FUSED_K + 1  # padded rows: the 4 rows a warp reads at once sit in different banks
+    z_size = WINDOW * stride
+
+    @cuda.jit
+    def spmm_dense(indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot,
+                   use_tiles, X, W, out):
+        w = cuda.blockIdx.x
+        t = cuda.threadIdx.x
+        r = t // 8
+        m, f = out.shape
+        k_total = X.shape[1]
+        row = w * WINDOW + r
+        z = cuda.shared.array(z_size, value_type)
+        acc = cuda.local.array(PER_THREAD, value_type)
+        for k0 in range(0, max(k_total, 1), FUSED_K):  # one pass when X has no columns: zeros
+            for c0 in range(k0, min(k0 + FUSED_K, k_total), COLS):
+                for q in range(PER_THREAD):
+                    acc[q] = zero
+                if use_tiles[w]:
+                    tiles_into(acc, w, c0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, X)
+                else:
+                    cores_into(acc, w, c0, indptr, indices, data, X)
+                for q in range(PER_THREAD):
+                    z[r * stride + c0 - k0 + t % 8 + 8 * q] = acc[q]
+            cuda.syncthreads()
+            width = min(FUSED_K, k_total - k0)
+            if row < m:
+                for j0 in range(0, f, COLS):
+                    for q in range(PER_THREAD):
+                        j = j0 + t % 8 + 8 * q
+                        if j < f:
+                            s = out[row, j] if k0 > 0 else zero
+                            for k in range(width):
+                                s += z[r * stride + k] * W[k0 + k, j]
+                            out[row, j] = s
+            cuda.syncthreads()
+
+    return spmm_dense
+
+
+def _window_args(A, windows, use_tiles):
+    return (A.indptr, A.indices, A.data, *(windows[name] for name in
+            ("col_ptr", "cols", "tile_ptr", "entry_ptr", "tile_entry", "tile_slot")), use_tiles)
+
+
+def spmm_hc(A, windows, use_tiles, B, C, *, stream=0):
+    """Launch HC-SpMM: ``C = A @ B``, window w on the dense-tile path where ``use_tiles[w]``.
+
+    ``windows``: dict of device arrays named as ``RowWindows.DEVICE_FIELDS``.
     """
     m, n = C.shape
     if m == 0 or n == 0:
         return
     kernel = spmm_hc_kernel(C.dtype.str, A.indices.dtype.str)
     grid = (launch.cdiv(m, WINDOW), launch.cdiv(n, COLS))
-    launch.run(kernel, grid, THREADS, stream, A.indptr, A.indices, A.data, windows["entry_col"],
-               windows["col_ptr"], windows["cols"], windows["tile_ptr"], use_tiles, B, C)
+    launch.run(kernel, grid, THREADS, stream, *_window_args(A, windows, use_tiles), B, C)
+
+
+def spmm_dense(A, windows, use_tiles, X, W, out, *, stream=0):
+    """Launch the fused GCN layer: ``out = (A @ X) @ W`` (sum aggregation)."""
+    m, f = out.shape
+    if m == 0 or f == 0:
+        return
+    kernel = spmm_dense_kernel(out.dtype.str, A.indices.dtype.str)
+    launch.run(kernel, launch.cdiv(m, WINDOW), THREADS, stream, *_window_args(A, windows, use_tiles), X, W, out)

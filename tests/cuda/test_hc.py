@@ -1,44 +1,78 @@
-"""HC-SpMM's hybrid kernel on the simulator: both paths and any mix give A @ B."""
+"""HC-SpMM's kernels on the simulator: both paths and any mix give A @ B; the fused GCN
+layer gives (A @ X) @ W."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from numba import cuda
 
 from numbasparse import CSR
-from numbasparse.cpu.row_windows import row_windows
+from numbasparse.cpu.row_windows import RowWindows, row_windows
 from numbasparse.cuda import hc
 from numbasparse.reference import spmm_reference
 from strategies import assert_close
 
 
-def run_hc(A, B, mode):
-    dev = CSR.from_scipy(A, dtype=B.dtype)
+def _setup(A, dtype, mode):
+    dev = CSR.from_scipy(A, dtype=dtype)
     rw = row_windows(dev.to_scipy())
     use = {"tiles": np.ones, "cores": np.zeros}.get(mode, lambda k, dtype: np.arange(k) % 2 == 0)(
         rw.n_windows, dtype=np.bool_)
-    arrays = {name: cuda.to_device(getattr(rw, name)) for name in ("entry_col", "col_ptr", "cols", "tile_ptr")}
-    C = cuda.to_device(np.full((A.shape[0], B.shape[1]), np.nan, B.dtype))  # poisoned
-    hc.spmm_hc(dev, arrays, cuda.to_device(use), cuda.to_device(B), C)
-    return C.copy_to_host()
+    windows = {name: cuda.to_device(getattr(rw, name)) for name in RowWindows.DEVICE_FIELDS}
+    return dev, windows, cuda.to_device(use)
+
+
+def _graph(shape, rng, density=0.15):
+    A = sp.random(*shape, density=density, format="csr", random_state=rng)
+    return sp.csr_matrix(A.toarray() * (rng.random(shape[0]) > 0.2)[:, None])  # empty rows
 
 
 @pytest.mark.parametrize("mode", ["tiles", "cores", "mixed"])
 @pytest.mark.parametrize("shape, n", [((37, 45), 33), ((20, 300), 8)])
 def test_hc_paths_match_reference(mode, shape, n):
     rng = np.random.default_rng()
-    A = sp.random(*shape, density=0.15, format="csr", random_state=rng)
-    A = sp.csr_matrix(A.toarray() * (rng.random(shape[0]) > 0.2)[:, None])  # empty rows
+    A = _graph(shape, rng)
     B = rng.standard_normal((shape[1], n)).astype(np.float32)
-    assert_close(run_hc(A, B, mode), spmm_reference(A, B), np.float32)
+    dev, windows, use = _setup(A, np.float32, mode)
+    C = cuda.to_device(np.full((shape[0], n), np.nan, np.float32))  # poisoned
+    hc.spmm_hc(dev, windows, use, cuda.to_device(B), C)
+    assert_close(C.copy_to_host(), spmm_reference(A, B), np.float32)
 
 
-def test_row_windows_condense_columns():
-    A = sp.random(40, 30, density=0.2, format="csr", random_state=0)
-    rw = row_windows(A)
-    for w in range(rw.n_windows):
-        lo, hi = A.indptr[w * 16], A.indptr[min(w * 16 + 16, 40)]
-        cols = rw.cols[rw.col_ptr[w]:rw.col_ptr[w + 1]]
-        assert np.all(np.diff(cols) > 0)
-        np.testing.assert_array_equal(cols[rw.entry_col[lo:hi]], A.indices[lo:hi])
-    np.testing.assert_array_equal(np.diff(rw.tile_ptr), -(-rw.n_cols // 8))
-    assert np.all((rw.density >= 0) & (rw.density <= 1))
+def test_hc_dense_window_float64():
+    rng = np.random.default_rng()
+    A = sp.csr_matrix(rng.random((18, 12)))  # every slot of every tile is a nonzero
+    B = rng.standard_normal((12, 5))
+    dev, windows, use = _setup(A, np.float64, "tiles")
+    C = cuda.to_device(np.full((18, 5), np.nan))
+    hc.spmm_hc(dev, windows, use, cuda.to_device(B), C)
+    assert_close(C.copy_to_host(), A @ B, np.float64)
+
+
+@pytest.mark.parametrize("mode", ["tiles", "cores", "mixed"])
+@pytest.mark.parametrize("k, f", [(10, 7), (40, 33), (0, 4)])
+def test_fused_layer_matches_unfused(mode, k, f):
+    rng = np.random.default_rng()
+    A = _graph((21, 30), rng, 0.2)
+    X = rng.standard_normal((30, k)).astype(np.float32)
+    W = rng.standard_normal((k, f)).astype(np.float32)
+    dev, windows, use = _setup(A, np.float32, mode)
+    out = cuda.to_device(np.full((21, f), np.nan, np.float32))
+    hc.spmm_dense(dev, windows, use, cuda.to_device(X), cuda.to_device(W), out)
+    assert_close(out.copy_to_host(), spmm_reference(A, X) @ W.astype(np.float64), np.float32)
+
+
+def test_fused_layer_wider_than_shared_memory(monkeypatch):
+    """X wider than the shared-memory slice: several passes add into out."""
+    rng = np.random.default_rng()
+    A = _graph((16, 9), rng, 0.4)
+    X = rng.standard_normal((9, 70)).astype(np.float32)
+    W = rng.standard_normal((70, 3)).astype(np.float32)
+    monkeypatch.setattr(hc, "FUSED_K", 32)
+    hc.spmm_dense_kernel.cache_clear()
+    try:
+        dev, windows, use = _setup(A, np.float32, "mixed")
+        out = cuda.to_device(np.full((16, 3), np.nan, np.float32))
+        hc.spmm_dense(dev, windows, use, cuda.to_device(X), cuda.to_device(W), out)
+    finally:
+        hc.spmm_dense_kernel.cache_clear()
+    assert_close(out.copy_to_host(), spmm_reference(A, X) @ W.astype(np.float64), np.float32)

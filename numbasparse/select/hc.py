@@ -1,0 +1,85 @@
+"""Which path each 16-row window takes in HC-SpMM: the dense-tile path or the CUDA-core path.
+
+Features per window (paper 001, section IV-B): the sparsity of its condensed 16 x n_cols
+submatrix (1 - nnz / (16 n_cols)) and its number of non-zero columns n_cols; the model is
+``w . standardise(features) + b > 0`` -> dense tiles.  Coefficients ship in
+``hc_selector.json`` beside this file, written by ``tools/train_hc_selector.py`` from the
+timings that ``tools/hc_selector_data.py`` collects on the GPU (both in the repository).
+"""
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from ..cpu.row_windows import WINDOW
+
+FEATURES = ("sparsity", "n_cols")
+MODEL_PATH = Path(__file__).with_name("hc_selector.json")
+
+
+@dataclass(frozen=True)
+class Model:
+    """A trained selector: standardisation, weights, intercept, and where it came from."""
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+    meta: dict
+
+    @classmethod
+    def from_json(cls, doc):
+        if tuple(doc["features"]) != FEATURES:
+            raise ValueError(f"selector model has features {doc['features']}, expected {FEATURES}")
+        return cls(np.asarray(doc["mean"], np.float64), np.asarray(doc["scale"], np.float64),
+                   np.asarray(doc["coef"], np.float64), float(doc["intercept"]),
+                   {k: v for k, v in doc.items() if k not in ("mean", "scale", "coef", "intercept")})
+
+    def to_json(self):
+        return dict(self.meta, features=list(FEATURES), mean=self.mean.tolist(), scale=self.scale.tolist(),
+                    coef=self.coef.tolist(), intercept=self.intercept)
+
+
+_loaded = {}
+
+
+def load_model(path=None):
+    """The shipped model (or the one at ``path``), read once."""
+    path = Path(path) if path is not None else MODEL_PATH
+    if path not in _loaded:
+        with open(path) as f:
+            _loaded[path] = Model.from_json(json.load(f))
+    return _loaded[path]
+
+
+@njit(cache=True)
+def _features(nnz, n_cols):
+    out = np.zeros((nnz.shape[0], 2), np.float64)
+    for w in range(nnz.shape[0]):
+        if n_cols[w] > 0:
+            out[w, 0] = 1.0 - nnz[w] / (WINDOW * n_cols[w])
+        out[w, 1] = n_cols[w]
+    return out
+
+
+def window_features(windows):
+    """(n_windows, 2) float64 array of FEATURES for a :class:`RowWindows`."""
+    return _features(windows.nnz, windows.n_cols)
+
+
+@njit(cache=True)
+def _decide(features, mean, scale, coef, intercept, nnz):
+    out = np.zeros(features.shape[0], np.bool_)
+    for w in range(features.shape[0]):
+        z = intercept
+        for f in range(features.shape[1]):
+            z += coef[f] * (features[w, f] - mean[f]) / scale[f]
+        out[w] = z > 0.0 and nnz[w] > 0
+    return out
+
+
+def use_tiles(windows, model=None):
+    """Boolean per window of a :class:`RowWindows`: True -> dense-tile path."""
+    model = model or load_model()
+    return _decide(window_features(windows), model.mean, model.scale, model.coef, model.intercept, windows.nnz)

@@ -1,0 +1,105 @@
+"""Time HC-SpMM's two paths on synthetic and real row windows (on a GPU): the selector's
+training data.
+
+    python tools/hc_selector_data.py --data ../shared/data --graphs default,rmat:16 --out hc_data.json
+
+Synthetic (paper 001, section IV-C): for each (non-zero columns, sparsity) on a grid, a matrix
+of identical-shape windows, each over its own random columns.  Real: the windows of each graph
+(and of its LOA reordering) grouped by (density, columns) bins, each group timed as a matrix
+of just its windows.  Every sample: features, window count, and the median time of each
+path, all windows on the dense-tile path vs all on the CUDA-core path (CUDA events).
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from numba import cuda
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from numbasparse import CSR, graphs, reorder  # noqa: E402
+from numbasparse.bench.timing import time_cuda  # noqa: E402
+from numbasparse.cpu.row_windows import RowWindows, row_windows  # noqa: E402
+from numbasparse.cuda import hc  # noqa: E402
+from numbasparse.select import window_features  # noqa: E402
+from numbasparse.select.data import synthetic_windows, window_groups  # noqa: E402
+
+COLS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 130)
+SPARSITY = tuple(k / 16 for k in range(1, 16))
+
+
+def time_paths(A, n, repeat=7, launches=10):
+    """Median ms per launch of each path (all windows on it) for C = A @ B, B (K, n)."""
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    rw = row_windows(dev.to_scipy())
+    windows = {name: cuda.to_device(getattr(rw, name)) for name in RowWindows.DEVICE_FIELDS}
+    B = cuda.to_device(np.random.default_rng(0).standard_normal((A.shape[1], n)).astype(np.float32))
+    C = cuda.device_array((A.shape[0], n), np.float32)
+    expected = A @ B.copy_to_host()
+    out = {}
+    for mode in ("tiles", "cores"):
+        use = cuda.to_device(np.full(rw.n_windows, mode == "tiles", np.bool_))
+        hc.spmm_hc(dev, windows, use, B, C)
+        got = C.copy_to_host()
+        err = np.linalg.norm(got - expected) / max(np.linalg.norm(expected), 1e-30)
+        if not err < 1e-4:
+            raise AssertionError(f"{mode} path wrong: relative error {err}")
+
+        def launch_all():
+            for _ in range(launches):
+                hc.spmm_hc(dev, windows, use, B, C)
+
+        out[mode] = time_cuda(launch_all, warmup=1, repeat=repeat)[0] / launches
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--graphs", default="default,rmat:16")
+    p.add_argument("--data")
+    p.add_argument("--n", default="32,128")
+    p.add_argument("--target-nnz", type=int, default=1 << 20)
+    p.add_argument("--loa-max-nnz", type=int, default=3_000_000, help="LOA-reorder graphs up to this size")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    ns = [int(x) for x in args.n.split(",")]
+    samples = []
+    started = time.time()
+
+    def save():
+        Path(args.out).write_text(json.dumps({"gpu": str(cuda.get_current_device().name), "samples": samples}))
+
+    for n_cols in COLS:
+        for sparsity in SPARSITY:
+            per_window = max(round((1 - sparsity) * 16 * n_cols), n_cols)
+            n_windows = int(np.clip(args.target_nnz // per_window, 2048, 65536))
+            A = synthetic_windows(n_windows, n_cols, sparsity, seed=n_cols * 100 + int(sparsity * 16))
+            f = window_features(row_windows(A)).mean(axis=0)
+            for n in ns:
+                t = time_paths(A, n)
+                samples.append(dict(source="synthetic", n=n, sparsity=float(f[0]), n_cols=float(f[1]),
+                                    windows=n_windows, t_tiles=t["tiles"], t_cores=t["cores"]))
+        print(f"synthetic n_cols={n_cols} done ({time.time() - started:.0f} s)", flush=True)
+        save()
+
+    found = {spec: graphs.from_spec(spec) for spec in args.graphs.split(",") if spec}
+    if args.data:
+        found.update(graphs.load_npz_dir(args.data))
+    for name, A in list(found.items()):
+        if A.nnz <= args.loa_max_nnz:
+            found[name + "+loa"] = reorder.permute(A, reorder.loa(A))
+    for name, A in found.items():
+        for features, count, sub in window_groups(A):
+            for n in ns:
+                t = time_paths(sub, n)
+                samples.append(dict(source=name, n=n, sparsity=float(features[0]), n_cols=float(features[1]),
+                                    windows=count, t_tiles=t["tiles"], t_cores=t["cores"]))
+        print(f"{name} done ({time.time() - started:.0f} s)", flush=True)
+        save()
+    save()
+
+
+if __name__ == "__main__":
+    main()
