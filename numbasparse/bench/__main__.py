@@ -28,7 +28,8 @@ def parse_args(argv=None):
                    help="comma-separated specs: default, rmat:SCALE[:EF], powerlaw:N[:DEG], FILE.npz, or none")
     p.add_argument("--data", help="also every *.npz scipy CSR graph in this directory")
     p.add_argument("--n", type=lambda t: _list(t, int), default=[32, 64, 128, 256], help="dense widths, e.g. 32,64")
-    p.add_argument("--ops", type=_list, default=["spmm", "sddmm"])
+    p.add_argument("--ops", type=_list, default=["spmm", "sddmm"],
+                   help="spmm, sddmm, gcn ((A @ X) @ W with W N x 64: fused spmm_dense vs spmm then matmul)")
     p.add_argument("--reduce", type=_list, default=["sum"], help="SpMM reductions, e.g. sum,mean,max,min")
     p.add_argument("--algorithms", type=_list, default=None, help="numbasparse algorithms (default: all CUDA ones)")
     p.add_argument("--baselines", type=_list, default=list(BASELINES), help="comma list, or 'none'")
@@ -49,8 +50,8 @@ def parse_args(argv=None):
     unknown = set(args.baselines) - set(BASELINES)
     if unknown:
         p.error(f"unknown baselines {sorted(unknown)}; known: {sorted(BASELINES)}")
-    if set(args.ops) - {"spmm", "sddmm"}:
-        p.error("--ops takes spmm and/or sddmm")
+    if set(args.ops) - {"spmm", "sddmm", "gcn"}:
+        p.error("--ops takes spmm, sddmm and/or gcn")
     if set(args.reduce) - {"sum", "mean", "max", "min"}:
         p.error("--reduce takes sum, mean, max, min")
     if args.repeat < 1 or any(n < 1 for n in args.n):
@@ -123,7 +124,7 @@ def main(argv=None):
 
     rows = []
     graph_set, prep_seconds = load_graphs(args)
-    cases = [harness.Case(name, A, op, reduce if op == "spmm" else "-", n, args.dtype)
+    cases = [harness.Case(name, A, op, {"spmm": reduce, "sddmm": "-", "gcn": "sum"}[op], n, args.dtype)
              for name, A in graph_set.items() for op in args.ops
              for reduce in (args.reduce if op == "spmm" else ["-"]) for n in args.n]
     start = time.time()

@@ -17,6 +17,7 @@ from .baselines import BASELINES, OPS, Unsupported, to_numpy
 from .timing import time_cuda, time_host
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # cuSPARSE and atomics reorder sums
+GCN_OUT = 64  # "gcn" op: (A @ X) @ W with X (K, N) and W (N, GCN_OUT), a GCN layer
 CALL_TIME_MAX_NNZ = 2_000_000
 
 
@@ -24,7 +25,7 @@ CALL_TIME_MAX_NNZ = 2_000_000
 class Case:
     graph: str
     A: object          # scipy CSR
-    op: str            # "spmm" or "sddmm"
+    op: str            # "spmm", "sddmm" or "gcn"
     reduce: str        # reduction ("-" for sddmm)
     n: int             # dense columns (N for SpMM, K for SDDMM)
     dtype: str = "float32"
@@ -32,24 +33,36 @@ class Case:
 
 def compulsory_bytes(A, op, n, dtype, index_bytes=4):
     """Bytes every implementation must move: the CSR once, the dense inputs once, the
-    output once (SpMM: B and C; SDDMM: X, Y and the nnz values)."""
+    output once (SpMM: B and C; SDDMM: X, Y and the nnz values; GCN: X, W and the output)."""
     value = np.dtype(dtype).itemsize
     m, k = A.shape
     csr = (m + 1) * index_bytes + A.nnz * (index_bytes + value)
     if op == "spmm":
         return csr + (k * n + m * n) * value
+    if op == "gcn":
+        return csr + (k * n + n * GCN_OUT + m * GCN_OUT) * value
     return csr + (m + k) * n * value + A.nnz * value
 
 
 def flops(A, op, n):
+    if op == "gcn":
+        return 2 * A.nnz * n + 2 * A.shape[0] * n * GCN_OUT
     return 2 * A.nnz * n
 
 
 def numbasparse_impl(algorithm):
+    """``ns:ALGO``; for the "gcn" op, ``ns:fused`` is ``spmm_dense`` (one fused kernel) and
+    ``ns:ALGO`` is ``spmm`` with that algorithm followed by a torch matmul."""
     def make(A, op, reduce, dtype):
-        if algorithm not in dispatch.algorithms(op, "cuda"):
+        if not applies(f"ns:{algorithm}", op):
             raise Unsupported(f"no {op} algorithm {algorithm!r}")
+        if op == "spmm" and reduce not in dispatch.SPMM[algorithm].reductions:
+            raise Unsupported(f"{algorithm} does not do reduce={reduce}")
         csr = CSR.from_scipy(A, dtype=dtype)
+        if op == "gcn" and algorithm == "fused":
+            return lambda X, W: api.spmm_dense(csr, X, W)
+        if op == "gcn":
+            return lambda X, W: api.spmm(csr, X, algorithm=algorithm) @ W
         if op == "spmm":
             return lambda B: api.spmm(csr, B, reduce=reduce, algorithm=algorithm)
         return lambda X, Y: api.sddmm(csr, X, Y, algorithm=algorithm)
@@ -57,7 +70,7 @@ def numbasparse_impl(algorithm):
 
 
 def implementations(algorithms, baselines):
-    impls = {f"ns:{a}": numbasparse_impl(a) for a in algorithms}
+    impls = {f"ns:{a}": numbasparse_impl(a) for a in list(algorithms) + ["fused"]}
     impls.update({b: BASELINES[b] for b in baselines})
     return impls
 
@@ -67,7 +80,8 @@ def _inputs(case, copies, rng):
 
     m, k = case.A.shape
     dtype = getattr(torch, case.dtype)
-    shapes = [(k, case.n)] if case.op == "spmm" else [(m, case.n), (k, case.n)]
+    shapes = {"spmm": [(k, case.n)], "sddmm": [(m, case.n), (k, case.n)],
+              "gcn": [(k, case.n), (case.n, GCN_OUT)]}[case.op]
     first = [torch.as_tensor(rng.standard_normal(s), dtype=dtype, device="cuda") for s in shapes]
     return [first] + [[t.clone() for t in first] for _ in range(copies - 1)]
 
@@ -77,12 +91,13 @@ def _reference(case, inputs):
     import torch
 
     host = [t.double().cpu().numpy() for t in inputs]
-    if case.op == "spmm" and case.reduce == "sum":
+    if case.op in ("spmm", "gcn") and case.reduce == "sum":
         A = case.A
         S = torch.sparse_csr_tensor(torch.as_tensor(A.indptr.astype(np.int64), device="cuda"),
                                     torch.as_tensor(A.indices.astype(np.int64), device="cuda"),
                                     torch.as_tensor(A.data, dtype=torch.float64, device="cuda"), size=A.shape)
-        return torch.sparse.mm(S, inputs[0].double()).cpu().numpy()
+        C = torch.sparse.mm(S, inputs[0].double())
+        return (C if case.op == "spmm" else C @ inputs[1].double()).cpu().numpy()
     if case.op == "spmm":
         return spmm_reference(case.A, host[0], case.reduce)
     # SDDMM: gathered float64 dot products on the GPU, a few million entries at a time.
@@ -102,7 +117,7 @@ def _reference(case, inputs):
 def l2_copies(case, l2_bytes):
     """How many copies of the dense inputs to rotate so they do not stay in L2."""
     m, k = case.A.shape
-    rows = k if case.op == "spmm" else m + k
+    rows = {"spmm": k, "sddmm": m + k, "gcn": k}[case.op]
     dense = rows * case.n * np.dtype(case.dtype).itemsize
     return int(min(8, max(1, np.ceil(3 * l2_bytes / max(dense, 1)))))
 
@@ -110,7 +125,10 @@ def l2_copies(case, l2_bytes):
 def applies(name, op):
     """Whether implementation ``name`` (``ns:ALGO`` or a baseline) implements ``op``."""
     if name.startswith("ns:"):
-        return name[3:] in dispatch.algorithms(op, "cuda")
+        algorithm = name[3:]
+        if op == "gcn":
+            return algorithm == "fused" or algorithm in dispatch.algorithms("spmm", "cuda")
+        return algorithm in dispatch.algorithms(op, "cuda")
     return op in OPS[name]
 
 

@@ -103,3 +103,20 @@ def test_reorder_variants_and_payoff():
     assert rows[2]["payoff_calls"] == float("inf")
     with pytest.raises(SystemExit):
         parse_args(["--reorder", "rcm"])
+
+
+def test_gcn_case_counts_x_w_and_output():
+    A = sp.csr_matrix(np.ones((3, 5), np.float32))
+    csr = 4 * 4 + 15 * (4 + 4)
+    out = harness.GCN_OUT
+    assert harness.compulsory_bytes(A, "gcn", 8, "float32") == csr + (5 * 8 + 8 * out + 3 * out) * 4
+    assert harness.flops(A, "gcn", 8) == 2 * 15 * 8 + 2 * 3 * 8 * out
+    assert parse_args(["--ops", "gcn"]).ops == ["gcn"]
+
+
+def test_fused_only_applies_to_gcn_and_hc_only_to_sum():
+    assert harness.applies("ns:fused", "gcn") and not harness.applies("ns:fused", "spmm")
+    assert harness.applies("ns:hp", "gcn") and harness.applies("torch_csr32", "gcn")
+    assert "ns:fused" in harness.implementations(["hp"], [])
+    with pytest.raises(harness.Unsupported):
+        harness.numbasparse_impl("hc")(sp.identity(3, format="csr"), "spmm", "max", "float32")
