@@ -1,4 +1,7 @@
-"""``python -m numbasparse demo``: run every algorithm on real or bundled graphs, check, time."""
+"""``python -m numbasparse demo``: run every algorithm on real or bundled graphs, check, time.
+
+Rows: SpMM per algorithm and reduction, the GCN layer ``spmm_dense`` ((A @ B) @ W, W N x 16;
+fused on CUDA), SDDMM per algorithm."""
 import numpy as np
 
 from . import api, dispatch, graphs
@@ -25,12 +28,19 @@ def _rows_for_graph(name, A, n_cols, dtype, backend, rng):
         timer, to_host = time_host, (lambda a: a.data if hasattr(a, "tocsr") else a)
 
     for algo in dispatch.algorithms("spmm", backend):
-        for reduce in api.REDUCTIONS:
+        for reduce in dispatch.SPMM[algo].reductions:
             ref = spmm_reference(A, B, reduce)
             run = lambda: api.spmm(A_op, B_op, reduce=reduce, algorithm=algo)  # noqa: E731
             err = relative_error(to_host(run()), ref)
             ms, _ = timer(run)
             yield name, "spmm", algo, reduce, backend, err, ms, err <= TOLERANCE[np.dtype(dtype)]
+    W = rng.standard_normal((n_cols, 16)).astype(dtype)
+    W_op = cuda.to_device(W) if backend == "cuda" else W
+    run = lambda: api.spmm_dense(A_op, B_op, W_op)  # noqa: E731
+    err = relative_error(to_host(run()), spmm_reference(A, B) @ W.astype(np.float64))
+    ms, _ = timer(run)
+    yield name, "gcn", "fused" if backend == "cuda" else "cpu_rows", "sum", backend, err, ms, \
+        err <= TOLERANCE[np.dtype(dtype)]
     ref = sddmm_reference(A, X, Y)
     for algo in dispatch.algorithms("sddmm", backend):
         run = lambda: api.sddmm(A_op, X_op, Y_op, algorithm=algo)  # noqa: E731

@@ -15,8 +15,8 @@ def rmat():
     return graphs.rmat(15, 16)
 
 
-@pytest.mark.parametrize("algorithm", ns.dispatch.algorithms("spmm", "cuda"))
-@pytest.mark.parametrize("reduce", ns.api.REDUCTIONS)
+@pytest.mark.parametrize("algorithm, reduce", [(a, r) for a in ns.dispatch.algorithms("spmm", "cuda")
+                                                for r in ns.dispatch.SPMM[a].reductions])
 @pytest.mark.parametrize("n, dtype, index_dtype", [(33, np.float32, np.int32), (128, np.float32, np.int64),
                                                    (70, np.float64, np.int32)])
 def test_spmm_on_rmat(rmat, algorithm, reduce, n, dtype, index_dtype):
@@ -27,6 +27,17 @@ def test_spmm_on_rmat(rmat, algorithm, reduce, n, dtype, index_dtype):
     out = cuda.to_device(np.full((rmat.shape[0], n), np.nan, dtype))
     ns.spmm(A, cuda.to_device(B), reduce=reduce, algorithm=algorithm, out=out)
     assert_close(out.copy_to_host(), spmm_reference(rmat, B, reduce), dtype)
+
+
+@pytest.mark.parametrize("k, f, dtype", [(33, 16, np.float32), (300, 70, np.float32), (64, 8, np.float64)])
+def test_fused_gcn_layer_on_rmat(rmat, k, f, dtype):
+    from numba import cuda
+
+    rng = np.random.default_rng()
+    X = rng.standard_normal((rmat.shape[1], k)).astype(dtype)
+    W = rng.standard_normal((k, f)).astype(dtype)
+    out = ns.spmm_dense(ns.CSR.from_scipy(rmat, dtype=dtype), cuda.to_device(X), cuda.to_device(W))
+    assert_close(out.copy_to_host(), spmm_reference(rmat, X) @ W.astype(np.float64), dtype)
 
 
 @pytest.mark.parametrize("algorithm", ns.dispatch.algorithms("sddmm", "cuda"))
