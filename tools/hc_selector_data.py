@@ -6,7 +6,7 @@ training data.
 Synthetic (paper 001, section IV-C): for each (non-zero columns, sparsity) on a grid, a matrix
 of identical-shape windows, each over its own random columns.  Real: the windows of each graph
 (and of its LOA reordering) grouped by (density, columns) bins, each group timed as a matrix
-of just its windows.  Every sample: features, window count, and the median time of each
+of just its windows (stacked copies with rotated columns, to be well above launch overhead).  Every sample: features, window count, and the median time of each
 path, all windows on the dense-tile path vs all on the CUDA-core path (CUDA events).
 """
 import argparse
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 from numba import cuda
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
@@ -55,9 +56,26 @@ def time_paths(A, n, repeat=7, launches=10):
     return out
 
 
+def replicate(sub, target_nnz, rng, max_copies=64):
+    """Enough copies of a group's windows, stacked, to time it above launch overhead; each
+    copy's columns are rotated by a random offset so the copies read other rows of B."""
+    rows = -(-sub.shape[0] // 16) * 16
+    sub = sp.csr_matrix(sub)
+    sub.resize((rows, sub.shape[1]))
+    parts = [sub]
+    for _ in range(min(max_copies, target_nnz // max(sub.nnz, 1)) - 1):
+        part = sub.copy()
+        part.indices = (part.indices + rng.integers(sub.shape[1])) % sub.shape[1]
+        part.has_sorted_indices = False
+        part.sort_indices()
+        parts.append(part)
+    return sp.vstack(parts, format="csr")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--graphs", default="default,rmat:16")
+    p.add_argument("--skip-synthetic", action="store_true")
     p.add_argument("--data")
     p.add_argument("--n", default="32,128")
     p.add_argument("--target-nnz", type=int, default=1 << 20)
@@ -71,7 +89,7 @@ def main():
     def save():
         Path(args.out).write_text(json.dumps({"gpu": str(cuda.get_current_device().name), "samples": samples}))
 
-    for n_cols in COLS:
+    for n_cols in () if args.skip_synthetic else COLS:
         for sparsity in SPARSITY:
             per_window = max(round((1 - sparsity) * 16 * n_cols), n_cols)
             n_windows = int(np.clip(args.target_nnz // per_window, 2048, 65536))
@@ -90,12 +108,15 @@ def main():
     for name, A in list(found.items()):
         if A.nnz <= args.loa_max_nnz:
             found[name + "+loa"] = reorder.permute(A, reorder.loa(A))
+    rng = np.random.default_rng(0)
     for name, A in found.items():
-        for features, count, sub in window_groups(A):
+        for features, count, sub in window_groups(A, min_windows=32):
+            stacked = replicate(sub, args.target_nnz, rng)
             for n in ns:
-                t = time_paths(sub, n)
+                t = time_paths(stacked, n)
                 samples.append(dict(source=name, n=n, sparsity=float(features[0]), n_cols=float(features[1]),
-                                    windows=count, t_tiles=t["tiles"], t_cores=t["cores"]))
+                                    windows=count, timed_windows=stacked.shape[0] // 16,
+                                    t_tiles=t["tiles"], t_cores=t["cores"]))
         print(f"{name} done ({time.time() - started:.0f} s)", flush=True)
         save()
     save()

@@ -1,7 +1,8 @@
 """Which path each 16-row window takes in HC-SpMM: the dense-tile path or the CUDA-core path.
 
-Features per window (paper 001, section IV-B): the sparsity of its condensed 16 x n_cols
-submatrix (1 - nnz / (16 n_cols)) and its number of non-zero columns n_cols; the model is
+Candidate features per window: the paper's two (section IV-B), the sparsity of its condensed
+16 x n_cols submatrix (1 - nnz / (16 n_cols)) and its number of non-zero columns n_cols, plus
+log2(n_cols) and the mean nonzeros per row; a model names the ones it uses and decides
 ``w . standardise(features) + b > 0`` -> dense tiles.  Coefficients ship in
 ``hc_selector.json`` beside this file, written by ``tools/train_hc_selector.py`` from the
 timings that ``tools/hc_selector_data.py`` collects on the GPU (both in the repository).
@@ -15,30 +16,38 @@ from numba import njit
 
 from ..cpu.row_windows import WINDOW
 
-FEATURES = ("sparsity", "n_cols")
+FEATURES = ("sparsity", "n_cols", "log2_n_cols", "row_nnz")
 MODEL_PATH = Path(__file__).with_name("hc_selector.json")
 
 
 @dataclass(frozen=True)
 class Model:
     """A trained selector: standardisation, weights, intercept, and where it came from."""
+    features: tuple
     mean: np.ndarray
     scale: np.ndarray
     coef: np.ndarray
     intercept: float
     meta: dict
 
+    @property
+    def columns(self):
+        """Indices of the model's features in :data:`FEATURES`."""
+        return np.array([FEATURES.index(f) for f in self.features], np.int64)
+
     @classmethod
     def from_json(cls, doc):
-        if tuple(doc["features"]) != FEATURES:
-            raise ValueError(f"selector model has features {doc['features']}, expected {FEATURES}")
-        return cls(np.asarray(doc["mean"], np.float64), np.asarray(doc["scale"], np.float64),
-                   np.asarray(doc["coef"], np.float64), float(doc["intercept"]),
-                   {k: v for k, v in doc.items() if k not in ("mean", "scale", "coef", "intercept")})
+        unknown = set(doc["features"]) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"selector model uses unknown features {sorted(unknown)}; known: {FEATURES}")
+        return cls(tuple(doc["features"]), np.asarray(doc["mean"], np.float64),
+                   np.asarray(doc["scale"], np.float64), np.asarray(doc["coef"], np.float64),
+                   float(doc["intercept"]),
+                   {k: v for k, v in doc.items() if k not in ("features", "mean", "scale", "coef", "intercept")})
 
     def to_json(self):
-        return dict(self.meta, features=list(FEATURES), mean=self.mean.tolist(), scale=self.scale.tolist(),
-                    coef=self.coef.tolist(), intercept=self.intercept)
+        return dict(self.meta, features=list(self.features), mean=self.mean.tolist(),
+                    scale=self.scale.tolist(), coef=self.coef.tolist(), intercept=self.intercept)
 
 
 _loaded = {}
@@ -54,27 +63,30 @@ def load_model(path=None):
 
 
 @njit(cache=True)
-def _features(nnz, n_cols):
-    out = np.zeros((nnz.shape[0], 2), np.float64)
+def features_of(nnz, n_cols):
+    """(windows, len(FEATURES)) float64 features from nonzeros and non-zero columns per window."""
+    out = np.zeros((nnz.shape[0], 4), np.float64)
     for w in range(nnz.shape[0]):
         if n_cols[w] > 0:
             out[w, 0] = 1.0 - nnz[w] / (WINDOW * n_cols[w])
+            out[w, 2] = np.log2(n_cols[w])
         out[w, 1] = n_cols[w]
+        out[w, 3] = nnz[w] / WINDOW
     return out
 
 
 def window_features(windows):
-    """(n_windows, 2) float64 array of FEATURES for a :class:`RowWindows`."""
-    return _features(windows.nnz, windows.n_cols)
+    """(n_windows, len(FEATURES)) float64 array of the candidate features of a RowWindows."""
+    return features_of(windows.nnz, windows.n_cols)
 
 
 @njit(cache=True)
-def _decide(features, mean, scale, coef, intercept, nnz):
+def _decide(features, columns, mean, scale, coef, intercept, nnz):
     out = np.zeros(features.shape[0], np.bool_)
     for w in range(features.shape[0]):
         z = intercept
-        for f in range(features.shape[1]):
-            z += coef[f] * (features[w, f] - mean[f]) / scale[f]
+        for f in range(columns.shape[0]):
+            z += coef[f] * (features[w, columns[f]] - mean[f]) / scale[f]
         out[w] = z > 0.0 and nnz[w] > 0
     return out
 
@@ -82,4 +94,5 @@ def _decide(features, mean, scale, coef, intercept, nnz):
 def use_tiles(windows, model=None):
     """Boolean per window of a :class:`RowWindows`: True -> dense-tile path."""
     model = model or load_model()
-    return _decide(window_features(windows), model.mean, model.scale, model.coef, model.intercept, windows.nnz)
+    return _decide(window_features(windows), model.columns, model.mean, model.scale, model.coef,
+                   model.intercept, windows.nnz)

@@ -1,0 +1,103 @@
+"""Train HC-SpMM's core selector from GPU timings of both paths and write the shipped model.
+
+    python tools/train_hc_selector.py benchmarks/results/<run>/hc_selector_data.json \\
+        --out numbasparse/select/hc_selector.json
+
+Labels: 1 (dense tiles) where the dense-tile path was faster.  The model is trained on the
+synthetic windows (as paper 001 does) for each candidate feature set; it reports accuracy by
+5-fold cross-validation on the synthetic samples and on the real-graph window groups (never
+trained on), weighted by window count, plus the time of the selector's choice relative to
+the faster path (the oracle).  The feature set with the best cross-validated accuracy is
+written, with these numbers, as the shipped model.
+"""
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+from numbasparse.select.hc import FEATURES, Model, features_of  # noqa: E402
+from numbasparse.select.train import fit_logistic, predict  # noqa: E402
+
+CANDIDATES = (("sparsity", "n_cols"), ("sparsity", "log2_n_cols"), ("sparsity", "log2_n_cols", "row_nnz"))
+
+
+def table(samples):
+    """Candidate features, labels, times of both paths and window counts as arrays."""
+    sparsity = np.array([s["sparsity"] for s in samples])
+    n_cols = np.array([s["n_cols"] for s in samples])
+    nnz = (1 - sparsity) * 16 * n_cols
+    X = features_of(nnz, n_cols)
+    t = np.array([[s["t_tiles"], s["t_cores"]] for s in samples])
+    return X, (t[:, 0] < t[:, 1]).astype(np.int64), t, np.array([s["windows"] for s in samples], np.float64)
+
+
+def scores(pred, y, t, weights):
+    """(weighted accuracy, time of the chosen paths / time of the faster paths)."""
+    chosen = np.where(pred == 1, t[:, 0], t[:, 1]).sum()
+    return float(np.average(pred == y, weights=weights)), float(chosen / t.min(axis=1).sum())
+
+
+def cross_validate(X, y, t, folds=5, seed=0):
+    order = np.random.default_rng(seed).permutation(len(y))
+    pred = np.empty(len(y), np.int64)
+    for k in range(folds):
+        test = order[k::folds]
+        train = np.setdiff1d(order, test)
+        pred[test] = predict(X[test], *fit_logistic(X[train], y[train]))
+    return scores(pred, y, t, np.ones(len(y)))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", help="JSON from tools/hc_selector_data.py")
+    p.add_argument("--out", help="write the chosen model here (e.g. numbasparse/select/hc_selector.json)")
+    args = p.parse_args()
+    doc = json.loads(Path(args.data).read_text())
+    synthetic = [s for s in doc["samples"] if s["source"] == "synthetic"]
+    real = [s for s in doc["samples"] if s["source"] != "synthetic"]
+    Xs, ys, ts, _ = table(synthetic)
+    Xr, yr, tr, wr = table(real) if real else (None, None, None, None)
+    print(f"{doc['gpu']}: {len(synthetic)} synthetic samples ({ys.mean():.0%} faster on tiles), "
+          f"{len(real)} real window groups ({(yr.mean() if real else 0):.0%} faster on tiles)")
+    always = {"always cores": np.zeros(len(ys), np.int64), "always tiles": np.ones(len(ys), np.int64)}
+    for name, pred in always.items():
+        acc, rel = scores(pred, ys, ts, np.ones(len(ys)))
+        line = f"{name:<34} synthetic acc {acc:.3f} time/oracle {rel:.3f}"
+        if real:
+            acc_r, rel_r = scores(pred[:1].repeat(len(yr)), yr, tr, wr)
+            line += f" | real acc {acc_r:.3f} time/oracle {rel_r:.3f}"
+        print(line)
+    results = []
+    for names in CANDIDATES:
+        cols = [FEATURES.index(f) for f in names]
+        cv_acc, cv_rel = cross_validate(Xs[:, cols], ys, ts)
+        fitted = fit_logistic(Xs[:, cols], ys)
+        fit_acc, fit_rel = scores(predict(Xs[:, cols], *fitted), ys, ts, np.ones(len(ys)))
+        entry = dict(features=list(names), cv_accuracy=cv_acc, cv_time_over_oracle=cv_rel,
+                     train_accuracy=fit_acc, train_time_over_oracle=fit_rel)
+        line = (f"{'+'.join(names):<34} synthetic acc {fit_acc:.3f} (5-fold CV {cv_acc:.3f}) "
+                f"time/oracle {fit_rel:.3f} (CV {cv_rel:.3f})")
+        if real:
+            acc_r, rel_r = scores(predict(Xr[:, cols], *fitted), yr, tr, wr)
+            entry.update(real_accuracy=acc_r, real_time_over_oracle=rel_r)
+            line += f" | real acc {acc_r:.3f} time/oracle {rel_r:.3f}"
+        print(line)
+        results.append((cv_acc, -len(names), entry, fitted))
+    cv_acc, _, best, (mean, scale, coef, intercept) = max(results, key=lambda r: (r[0], r[1]))
+    print(f"chosen: {'+'.join(best['features'])}")
+    if args.out:
+        meta = dict(provenance=f"tools/train_hc_selector.py {args.data}", gpu=doc["gpu"],
+                    trained=datetime.date.today().isoformat(), samples=len(synthetic),
+                    real_groups=len(real), candidates=[r[2] for r in results], **{
+                        k: v for k, v in best.items() if k != "features"})
+        model = Model(tuple(best["features"]), mean, scale, coef, intercept, meta)
+        Path(args.out).write_text(json.dumps(model.to_json(), indent=1) + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
