@@ -41,6 +41,8 @@ def parse_args(argv=None):
     p.add_argument("--sampled", help="graph spec to draw GraphSAINT-style subgraphs from")
     p.add_argument("--sampled-count", type=int, default=32)
     p.add_argument("--sampled-nodes", type=lambda t: _list(t, int), default=[1000, 10000], help="MIN,MAX nodes")
+    p.add_argument("--kernel-time", action="store_true",
+                   help="also record GPU time per call without host overhead (kernel_ms, via torch.profiler)")
     p.add_argument("--out", help="write all rows and metadata as JSON here")
     p.add_argument("--plots", help="write PNG plots into this directory (needs matplotlib)")
     p.add_argument("--markdown", help="write the table and summary as Markdown here")
@@ -131,7 +133,8 @@ def main(argv=None):
     for i, case in enumerate(cases, 1):
         print(f"# [{i}/{len(cases)}] {case.graph} {case.op} {case.reduce} N={case.n} "
               f"({time.time() - start:.0f} s)", file=sys.stderr, flush=True)
-        rows += harness.run_case(case, impls, repeat=args.repeat, warmup=args.warmup, l2_bytes=meta["l2_bytes"])
+        rows += harness.run_case(case, impls, repeat=args.repeat, warmup=args.warmup, l2_bytes=meta["l2_bytes"],
+                                 kernel_time=args.kernel_time)
         checkpoint(args, meta, rows)
     if args.sampled:
         base = graphs.from_spec(args.sampled)

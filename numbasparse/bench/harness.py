@@ -14,7 +14,7 @@ from .. import api, dispatch
 from ..csr import CSR
 from ..reference import relative_error, spmm_reference
 from .baselines import BASELINES, OPS, Unsupported, to_numpy
-from .timing import time_cuda, time_host
+from .timing import time_cuda, time_host, time_kernels
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # cuSPARSE and atomics reorder sums
 GCN_OUT = 64  # "gcn" op: (A @ X) @ W with X (K, N) and W (N, GCN_OUT), a GCN layer
@@ -132,8 +132,9 @@ def applies(name, op):
     return op in OPS[name]
 
 
-def run_case(case, impls, *, repeat=20, warmup=5, l2_bytes=50 << 20, seed=0):
-    """Rows (dicts) for one case: error, median ms, and for small graphs the call time."""
+def run_case(case, impls, *, repeat=20, warmup=5, l2_bytes=50 << 20, seed=0, kernel_time=False):
+    """Rows (dicts) for one case: error, median ms, for small graphs the call time, and with
+    ``kernel_time`` the GPU time per call without host overhead (``kernel_ms``, CUPTI)."""
     import torch
 
     impls = {name: make for name, make in impls.items() if applies(name, case.op)}
@@ -160,6 +161,10 @@ def run_case(case, impls, *, repeat=20, warmup=5, l2_bytes=50 << 20, seed=0):
                 if case.A.nnz <= CALL_TIME_MAX_NNZ:
                     row["call_ms"], _ = time_host(lambda: (run(*next(cycle)), torch.cuda.synchronize()),
                                                   warmup=warmup, repeat=repeat)
+                if kernel_time:
+                    kernel_ms = time_kernels(lambda: run(*next(cycle)), warmup=1, repeat=repeat)
+                    if kernel_ms is not None:
+                        row["kernel_ms"] = kernel_ms
                 row["status"] = "ok"
         except Unsupported as exc:
             row["status"] = f"skipped: {exc}"
@@ -186,6 +191,8 @@ def add_metrics(rows, copy_gbs, yardstick):
             r["of_floor"] = r["floor_ms"] / r["ms"]
             if ref is not None:
                 r["speedup"] = ref["ms"] / r["ms"]
+                if "kernel_ms" in r and "kernel_ms" in ref:
+                    r["kernel_speedup"] = ref["kernel_ms"] / r["kernel_ms"]
     return rows
 
 

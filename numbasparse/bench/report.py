@@ -2,8 +2,8 @@
 import json
 import math
 
-COLUMNS = ("graph", "nnz", "op", "reduce", "n", "impl", "ms", "call_ms", "floor_ms", "of_floor",
-           "gbs", "gflops", "speedup", "prep_s", "payoff_calls", "error", "status")
+COLUMNS = ("graph", "nnz", "op", "reduce", "n", "impl", "ms", "call_ms", "kernel_ms", "floor_ms", "of_floor",
+           "gbs", "gflops", "speedup", "kernel_speedup", "prep_s", "payoff_calls", "error", "status")
 
 
 def _fmt(value):
@@ -28,19 +28,24 @@ def markdown(rows, columns=COLUMNS):
     return "\n".join(lines)
 
 
-def geomean_speedups(rows):
-    """{impl: (geometric-mean speedup, min speedup, cases)} over rows that have a speedup."""
+def geomean_speedups(rows, key="speedup"):
+    """{impl: (geometric-mean speedup, min speedup, cases)} over rows that have ``key``."""
     by_impl = {}
     for r in rows:
-        if "speedup" in r:
-            by_impl.setdefault((r["op"], r["impl"]), []).append(r["speedup"])
+        if key in r:
+            by_impl.setdefault((r["op"], r["impl"]), []).append(r[key])
     return {key: (math.exp(sum(map(math.log, v)) / len(v)), min(v), len(v)) for key, v in sorted(by_impl.items())}
 
 
 def summary(rows):
-    lines = ["op     impl                      geomean speedup   min    cases"]
+    lines = ["op     impl                      geomean speedup   min    cases   kernel-time geomean   min  cases"]
+    kernel = geomean_speedups(rows, "kernel_speedup")
     for (op, impl), (g, lo, n) in geomean_speedups(rows).items():
-        lines.append(f"{op:<6} {impl:<25} {g:>15.3f} {lo:>6.3f} {n:>7}")
+        line = f"{op:<6} {impl:<25} {g:>15.3f} {lo:>6.3f} {n:>7}"
+        if (op, impl) in kernel:
+            kg, klo, kn = kernel[(op, impl)]
+            line += f"   {kg:>19.3f} {klo:>5.3f} {kn:>6}"
+        lines.append(line)
     return "\n".join(lines)
 
 
