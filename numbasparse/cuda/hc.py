@@ -184,12 +184,17 @@ def spmm_dense_kernel(value_dtype, index_dtype):
             if row < m:
                 for j0 in range(0, f, COLS):
                     for q in range(PER_THREAD):
+                        acc[q] = zero
+                    for k in range(width):  # 4 independent sums per thread, one z load per 4 MACs
+                        zk = z[r * stride + k]
+                        for q in range(PER_THREAD):
+                            j = j0 + t % 8 + 8 * q
+                            if j < f:
+                                acc[q] += zk * W[k0 + k, j]
+                    for q in range(PER_THREAD):
                         j = j0 + t % 8 + 8 * q
                         if j < f:
-                            s = out[row, j] if k0 > 0 else zero
-                            for k in range(width):
-                                s += z[r * stride + k] * W[k0 + k, j]
-                            out[row, j] = s
+                            out[row, j] = acc[q] + out[row, j] if k0 > 0 else acc[q]
             cuda.syncthreads()
 
     return spmm_dense
