@@ -3,9 +3,10 @@ from ._compat import check_numpy
 
 check_numpy()
 
-from .api import algorithms, sddmm, spmm, spmm_dense  # noqa: E402
+from .api import algorithms, graph_attention, sddmm, sddmm_spmm, spmm, spmm_dense  # noqa: E402
 from .csr import CSR  # noqa: E402
 from .plan import Plan, prepare  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["CSR", "Plan", "algorithms", "prepare", "sddmm", "spmm", "spmm_dense"]
+__all__ = ["CSR", "Plan", "algorithms", "graph_attention", "prepare", "sddmm", "sddmm_spmm", "spmm",
+           "spmm_dense"]

@@ -33,7 +33,7 @@ def _host_csr(A, dtype, operand):
     read it), so repeated calls, and ``Plan``'s CPU path, do not copy the graph each time."""
     if isinstance(A, CSR):
         _check_csr_dtype(A, dtype, operand)
-        return A._host
+        return A.to_scipy() if A._values_on_device_only else A._host
     if (sp.isspmatrix_csr(A) or isinstance(A, sp.csr_array)) and A.dtype == dtype \
             and A.indices.dtype == A.indptr.dtype and A.has_canonical_format:
         return A
@@ -191,6 +191,62 @@ def spmm_dense(A, X, W, *, backend="auto"):
         return result
     out = cuda.device_array(shape, dtype=x.dtype)
     dispatch.spmm_dense_fused(dev, cuda.to_device(x.array), cuda.to_device(w.array), out)
+    return arrays.host_result(x, out.copy_to_host())
+
+
+def sddmm_spmm(A, X, Y, Z, *, fused=True, backend="auto"):
+    """``(A ⊙ (X Y^T)) Z``: SDDMM then SpMM with its result as the sparse matrix (CS267 report).
+
+    A: scipy.sparse or :class:`CSR` (M, N); X: (M, K); Y: (N, K); Z: (N, F); float32/float64,
+    all NumPy or all CUDA arrays.  fused: one CUDA kernel (a warp per row; scores never
+    stored), else HP-SDDMM then HP-SpMM.  Returns (M, F) of X's dtype and kind.
+    """
+    return _scores_times(A, X, Y, Z, ("X", "Y", "Z"), softmax=False, fused=fused, backend=backend)
+
+
+def graph_attention(A, Q, K, V, *, fused=True, backend="auto"):
+    """Attention over a graph's edges, ``softmax_row(A ⊙ (Q K^T)) V``: for each row i,
+    ``sum_j w_ij V[j]`` with ``w_ij = softmax over the stored j of a_ij <Q[i], K[j]>`` (the
+    GAT pattern SDDMM -> edge softmax -> SpMM).  Rows with no stored entry give 0.
+
+    A: scipy.sparse or :class:`CSR` (M, N); Q: (M, D); K: (N, D); V: (N, F).  fused: one CUDA
+    kernel with an online softmax, else HP-SDDMM, an edge-softmax kernel and HP-SpMM.
+    """
+    return _scores_times(A, Q, K, V, ("Q", "K", "V"), softmax=True, fused=fused, backend=backend)
+
+
+def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
+    x, y, z = (arrays.dense(a, name, 2) for a, name in zip((X, Y, Z), names))
+    arrays.same_place(x, y, z)
+    if len({x.dtype, y.dtype, z.dtype}) > 1:
+        raise TypeError(f"{', '.join(names)} must have the same dtype, got {x.dtype}, {y.dtype}, {z.dtype}")
+    m, n = _shape_of(A)
+    if x.shape[0] != m or y.shape[0] != n or z.shape[0] != n:
+        raise ValueError(f"A is {m}x{n}, so {names[0]} must have {m} rows and {names[1]}, {names[2]} {n} "
+                         f"rows; got {x.shape}, {y.shape}, {z.shape}")
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"{names[0]} and {names[1]} must have the same number of columns, "
+                         f"got {x.shape[1]} and {y.shape[1]}")
+    algo = dispatch.resolve("sddmm", "auto", backend, x.on_device, x.shape[1], A.nnz)
+    shape = (m, z.shape[1])
+    if algo.backend == "cpu":
+        from . import cpu
+
+        host = _host_csr(A, x.dtype, names[0])
+        run = cpu.attention_rows if softmax else cpu.sddmm_spmm_rows
+        return arrays.host_result(x, run(host, x.array, y.array, z.array))
+
+    from numba import cuda
+
+    dev = _device_csr(A, x.dtype, names[0])
+    if x.on_device:
+        result, out = arrays.empty_like_framework(x, shape, x.dtype)
+        dispatch.sddmm_then_spmm(dev, x.array, y.array, z.array, out, softmax=softmax, fuse=fused,
+                                 stream=arrays.stream_of(x))
+        return result
+    out = cuda.device_array(shape, dtype=x.dtype)
+    dispatch.sddmm_then_spmm(dev, *(cuda.to_device(a.array) for a in (x, y, z)), out,
+                             softmax=softmax, fuse=fused)
     return arrays.host_result(x, out.copy_to_host())
 
 

@@ -60,7 +60,8 @@ class CSR:
         from numba import cuda
 
         self._host = host
-        self._derived = {}  # device data built from this matrix once (e.g. HC-SpMM's row windows)
+        self._derived = {}  # device data built from this pattern once (e.g. HC-SpMM's row windows)
+        self._values_on_device_only = False  # True for with_values(): _host holds the pattern only
         self.indptr = cuda.to_device(host.indptr)
         self.indices = cuda.to_device(host.indices)
         self.data = cuda.to_device(host.data)
@@ -92,11 +93,37 @@ class CSR:
 
     def to_scipy(self):
         """A scipy.sparse.csr_matrix copy of this matrix."""
+        if self._values_on_device_only:
+            host = self._host
+            return sp.csr_matrix((self.data.copy_to_host(), host.indices.copy(), host.indptr.copy()),
+                                 shape=host.shape)
         return self._host.copy()
+
+    def with_values(self, values):
+        """This sparsity pattern with other values, without copying anything.
+
+        values: a CUDA array (Numba, CuPy, PyTorch) of ``nnz`` values of this matrix's dtype,
+        in this matrix's (canonical) entry order, e.g. the output of ``sddmm``.  indptr and
+        indices, and what was derived from them (HC-SpMM's row windows), are shared.
+        """
+        from . import arrays
+
+        v = arrays.dense(values, "values", 1)
+        if not v.on_device:
+            raise TypeError("values must be a CUDA array (the CSR lives on the GPU)")
+        if v.shape != (self.nnz,):
+            raise ValueError(f"values must have shape ({self.nnz},), got {tuple(v.shape)}")
+        if v.dtype != self.dtype:
+            raise TypeError(f"values must be {self.dtype}, got {v.dtype}")
+        other = object.__new__(CSR)
+        other.__dict__.update(self.__dict__)
+        other.data = v.array
+        other._values_on_device_only = True
+        return other
 
     def transpose(self):
         """``A^T`` as a new device-resident CSR (transposed on the host, then uploaded)."""
-        return CSR.from_scipy(self._host.T, dtype=self.dtype, index_dtype=self.index_dtype)
+        return CSR.from_scipy(self.to_scipy().T, dtype=self.dtype, index_dtype=self.index_dtype)
 
     @property
     def T(self):
@@ -106,7 +133,7 @@ class CSR:
         """This matrix with values of another dtype (self if it already has it)."""
         if np.dtype(dtype) == self.dtype:
             return self
-        return CSR.from_scipy(self._host, dtype=dtype, index_dtype=self.index_dtype)
+        return CSR.from_scipy(self.to_scipy(), dtype=dtype, index_dtype=self.index_dtype)
 
     def __repr__(self):
         return (f"<numbasparse.CSR {self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, "

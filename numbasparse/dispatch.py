@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 
 from . import cpu
-from .cuda import crc, hc, hp, sddmm_warp
+from .cuda import crc, fused, hc, hp, sddmm_warp
 
 BACKENDS = ("auto", "cuda", "cpu")
 
@@ -63,6 +63,24 @@ def _spmm_hc(mode):
 def spmm_dense_fused(A, X, W, out, *, stream=0):
     """The fused GCN layer on HC-SpMM's hybrid paths (selector-chosen per window)."""
     hc.spmm_dense(A, hc_windows(A)[1], hc_paths(A, "hybrid"), X, W, out, stream=stream)
+
+
+def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
+    """``out = f(A ⊙ (X Y^T)) Z`` with f the identity or the per-row softmax (graph attention).
+    fuse: one kernel (:mod:`numbasparse.cuda.fused`), else HP-SDDMM, [edge softmax], HP-SpMM
+    with the scores as A's values (three launches and an nnz-long intermediate)."""
+    if fuse:
+        (fused.attention if softmax else fused.sddmm_spmm)(A, X, Y, Z, out, stream=stream)
+        return
+    from numba import cuda
+
+    scores = cuda.device_array(A.nnz, dtype=out.dtype, stream=stream)
+    hp.sddmm_hp(A, X, Y, scores, stream=stream)
+    if softmax:
+        weights = cuda.device_array(A.nnz, dtype=out.dtype, stream=stream)
+        fused.edge_softmax(A, scores, weights, stream=stream)
+        scores = weights
+    hp.spmm_hp(A.with_values(scores), Z, out, "sum", stream=stream)
 
 
 def _table(*algorithms):

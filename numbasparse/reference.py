@@ -45,6 +45,27 @@ def sddmm_reference(A, X, Y):
     return out
 
 
+def sddmm_spmm_reference(A, X, Y, Z):
+    """Float64 ``(A ⊙ (X Y^T)) Z``."""
+    A = canonical_csr(A, dtype=np.float64) if sp.issparse(A) else A.to_scipy().astype(np.float64)
+    S = sp.csr_matrix((sddmm_reference(A, X, Y), A.indices, A.indptr), shape=A.shape)
+    return np.asarray(S @ np.asarray(Z, dtype=np.float64))
+
+
+def attention_reference(A, Q, K, V):
+    """Float64 ``softmax_row(A ⊙ (Q K^T)) V``: softmax over each row's stored entries; rows
+    with none give 0."""
+    A = canonical_csr(A, dtype=np.float64) if sp.issparse(A) else A.to_scipy().astype(np.float64)
+    scores = sddmm_reference(A, Q, K)
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    largest = np.full(A.shape[0], -np.inf)
+    np.maximum.at(largest, rows, scores)
+    weights = np.exp(scores - largest[rows])
+    totals = np.bincount(rows, weights, minlength=A.shape[0])
+    S = sp.csr_matrix((weights / totals[rows], A.indices, A.indptr), shape=A.shape)
+    return np.asarray(S @ np.asarray(V, dtype=np.float64))
+
+
 def relative_error(result, reference):
     """``||result - reference|| / ||reference||`` in float64 (inf for NaN; absolute if ref is 0)."""
     result = np.asarray(result, dtype=np.float64)

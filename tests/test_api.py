@@ -232,3 +232,30 @@ def test_spmm_dense_rejects_bad_shapes(small, X_shape, W_shape, W_dtype, error, 
     A, _ = small
     with pytest.raises(error, match=match):
         ns.spmm_dense(A, np.ones(X_shape, np.float32), np.ones(W_shape, W_dtype))
+
+
+@pytest.mark.parametrize("op", ["sddmm_spmm", "graph_attention"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scores_times_dense_on_host_arrays(op, backend, rng):
+    from numbasparse.reference import attention_reference, sddmm_spmm_reference
+
+    A = sp.random(12, 10, density=0.3, format="csr", random_state=rng)
+    X, Y, Z = (random_dense(rng, shape, np.float64) for shape in ((12, 6), (10, 6), (10, 4)))
+    reference = {"sddmm_spmm": sddmm_spmm_reference, "graph_attention": attention_reference}[op]
+    assert_close(getattr(ns, op)(A, X, Y, Z, backend=backend), reference(A, X, Y, Z), np.float64)
+
+
+@pytest.mark.parametrize("shapes, match", [
+    (((9, 3), (6, 3), (5, 2)), "rows"),
+    (((9, 3), (6, 4), (6, 2)), "same number of columns"),
+])
+def test_graph_attention_rejects_bad_shapes(small, shapes, match):
+    A, _ = small
+    with pytest.raises(ValueError, match=match):
+        ns.graph_attention(A, *(np.ones(s, np.float32) for s in shapes))
+
+
+def test_sddmm_spmm_rejects_mixed_dtypes(small):
+    A, _ = small
+    with pytest.raises(TypeError, match="same dtype"):
+        ns.sddmm_spmm(A, np.ones((9, 2), np.float32), np.ones((6, 2), np.float32), np.ones((6, 2)))

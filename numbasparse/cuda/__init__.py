@@ -11,7 +11,7 @@ def kernel_configs():
     import numba
     import numpy as np
 
-    from . import crc, gather, hc, hp, reductions, sddmm_warp
+    from . import crc, fused, gather, hc, hp, reductions, sddmm_warp
 
     configs = []
     for value, index in (("<f4", "<i4"), ("<f8", "<i8")):
@@ -37,6 +37,12 @@ def kernel_configs():
                         (*csr, *windows, V[:, ::1], V[:, ::1])))
         configs.append((f"spmm_dense {value}/{index}", hc.spmm_dense_kernel(value, index),
                         (*csr, *windows, V[:, ::1], V[:, ::1], V[:, ::1])))
+        for q in (1, 2, 4, 8):
+            configs.append((f"sddmm_spmm q={q} {value}/{index}", fused.sddmm_spmm_kernel(q, value),
+                            (*csr, V[:, ::1], V[:, ::1], V[:, ::1], V[:, ::1])))
+            configs.append((f"attention q={q} {value}/{index}", fused.attention_kernel(q, value),
+                            (*csr, V[:, ::1], V[:, ::1], V[:, ::1], V[:, ::1])))
+        configs.append((f"edge_softmax {value}/{index}", fused.edge_softmax_kernel(value), (I[::1], V[::1], V[::1])))
         configs.append((f"gather_rows {value}", gather.gather_rows_kernel(), (V[:, ::1], numba.int64[::1], V[:, ::1])))
         configs.append((f"gather {value}", gather.gather_kernel(), (V[::1], numba.int64[::1], V[::1])))
     return configs

@@ -1,0 +1,195 @@
+"""Fused SDDMM -> SpMM kernels: ``(A ⊙ (X Y^T)) Z`` (CS267 report, section 6.2) and graph
+attention ``softmax_row(A ⊙ (Q K^T)) V`` (the GAT pattern: SDDMM, edge softmax, SpMM), plus the
+edge-softmax kernel the unfused attention path needs.
+
+The fused kernels never write the nnz intermediate: each warp owns a row, computes an entry's
+score and immediately accumulates ``score * Z[j]`` into registers, so, unlike the report's
+kernel blocked over the sparse matrix, no atomics are needed.
+"""
+import functools
+import math
+
+import numba
+import numpy as np
+from numba import cuda
+
+from . import launch
+from .intrinsics import shfl_down, shfl_idx, warp_sum
+
+WARP = launch.WARP_SIZE
+#: Output columns per lane per pass (grid.y covers wider outputs): 32 * 8 = 256 per warp.
+MAX_PER_LANE = 8
+
+
+def per_lane(n_cols):
+    """Accumulators per lane for an output of ``n_cols`` columns: 1, 2, 4 or 8."""
+    need = max(1, launch.cdiv(n_cols, WARP))
+    return min(MAX_PER_LANE, 1 << (need - 1).bit_length())
+
+
+@functools.lru_cache(maxsize=None)
+def _row_score():
+    @cuda.jit(device=True, inline="always")
+    def row_score(X, Y, row, j, lane, zero):
+        """``<X[row], Y[j]>`` by the whole warp (lanes over k, shuffle sum); every lane gets it."""
+        partial = zero
+        for k in range(lane, X.shape[1], WARP):
+            partial += X[row, k] * Y[j, k]
+        return warp_sum(partial)
+    return row_score
+
+
+@functools.lru_cache(maxsize=None)
+def sddmm_spmm_kernel(q, value_dtype):
+    """Compile-once factory of the fused ``(A ⊙ (X Y^T)) Z`` kernel.
+
+    Thread mapping: one warp per row i; for each stored (i, j) the warp computes
+    ``s = a_ij <X[i], Y[j]>`` (lanes over k, shuffle sum), then lane l adds ``s * Z[j, c]``
+    for its ``q`` columns ``c = n0 + l + 32 r`` (coalesced); blockIdx.y picks ``n0``.
+    """
+    value_type = numba.from_dtype(np.dtype(value_dtype))
+    zero = np.dtype(value_dtype).type(0)
+    warps = launch.ROW_WARPS_PER_BLOCK
+    row_score = _row_score()
+
+    @cuda.jit
+    def sddmm_spmm(indptr, indices, data, X, Y, Z, out):
+        lane = cuda.threadIdx.x % WARP
+        row = cuda.blockIdx.x * warps + cuda.threadIdx.x // WARP
+        if row >= out.shape[0]:
+            return
+        n = out.shape[1]
+        n0 = cuda.blockIdx.y * WARP * q
+        acc = cuda.local.array(q, value_type)
+        for r in range(q):
+            acc[r] = zero
+        for p in range(indptr[row], indptr[row + 1]):
+            j = indices[p]
+            s = data[p] * row_score(X, Y, row, j, lane, zero)
+            for r in range(q):
+                c = n0 + lane + WARP * r
+                if c < n:
+                    acc[r] += s * Z[j, c]
+        for r in range(q):
+            c = n0 + lane + WARP * r
+            if c < n:
+                out[row, c] = acc[r]
+
+    return sddmm_spmm
+
+
+@functools.lru_cache(maxsize=None)
+def attention_kernel(q, value_dtype):
+    """Compile-once factory of fused graph attention ``softmax_row(A ⊙ (Q K^T)) V``.
+
+    Thread mapping as :func:`sddmm_spmm_kernel`; the softmax is computed online (running
+    maximum and sum, earlier terms rescaled when the maximum grows, as in FlashAttention),
+    so scores are never stored.  Rows with no stored entry give 0.
+    """
+    value_type = numba.from_dtype(np.dtype(value_dtype))
+    zero = np.dtype(value_dtype).type(0)
+    one = np.dtype(value_dtype).type(1)
+    lowest = np.dtype(value_dtype).type(-np.inf)
+    warps = launch.ROW_WARPS_PER_BLOCK
+    row_score = _row_score()
+
+    @cuda.jit
+    def attention(indptr, indices, data, Q, K, V, out):
+        lane = cuda.threadIdx.x % WARP
+        row = cuda.blockIdx.x * warps + cuda.threadIdx.x // WARP
+        if row >= out.shape[0]:
+            return
+        n = out.shape[1]
+        n0 = cuda.blockIdx.y * WARP * q
+        acc = cuda.local.array(q, value_type)
+        for r in range(q):
+            acc[r] = zero
+        running_max = lowest
+        running_sum = zero
+        for p in range(indptr[row], indptr[row + 1]):
+            j = indices[p]
+            s = data[p] * row_score(Q, K, row, j, lane, zero)
+            new_max = max(running_max, s)
+            rescale = math.exp(running_max - new_max)
+            weight = math.exp(s - new_max)
+            running_sum = running_sum * rescale + weight
+            running_max = new_max
+            for r in range(q):
+                c = n0 + lane + WARP * r
+                if c < n:
+                    acc[r] = acc[r] * rescale + weight * V[j, c]
+        scale = one / running_sum if running_sum > zero else zero
+        for r in range(q):
+            c = n0 + lane + WARP * r
+            if c < n:
+                out[row, c] = acc[r] * scale
+
+    return attention
+
+
+@functools.lru_cache(maxsize=None)
+def edge_softmax_kernel(value_dtype):
+    """Compile-once factory of the per-row softmax over stored values (unfused attention).
+
+    Thread mapping: one warp per row; lanes stride over the row's entries for the maximum,
+    then the sum of exponentials (shuffle reductions), then write ``exp(v - max) / sum``.
+    """
+    zero = np.dtype(value_dtype).type(0)
+    lowest = np.dtype(value_dtype).type(-np.inf)
+    warps = launch.ROW_WARPS_PER_BLOCK
+
+    @cuda.jit
+    def edge_softmax(indptr, values, out):
+        lane = cuda.threadIdx.x % WARP
+        row = cuda.blockIdx.x * warps + cuda.threadIdx.x // WARP
+        if row >= indptr.shape[0] - 1:
+            return
+        lo, hi = indptr[row], indptr[row + 1]
+        largest = lowest
+        for p in range(lo + lane, hi, WARP):
+            largest = max(largest, values[p])
+        offset = WARP // 2
+        while offset > 0:  # max over the warp, then broadcast
+            largest = max(largest, shfl_down(largest, offset))
+            offset //= 2
+        largest = shfl_idx(largest, 0)
+        total = zero
+        for p in range(lo + lane, hi, WARP):
+            total += math.exp(values[p] - largest)
+        total = warp_sum(total)
+        for p in range(lo + lane, hi, WARP):
+            out[p] = math.exp(values[p] - largest) / total
+
+    return edge_softmax
+
+
+def _row_grid(out):
+    m, n = out.shape
+    q = per_lane(n)
+    grid, block = launch.row_warp_grid(m, n, WARP * q)
+    return q, grid, block
+
+
+def sddmm_spmm(A, X, Y, Z, out, *, stream=0):
+    """Launch the fused ``out = (A ⊙ (X Y^T)) Z``."""
+    if out.shape[0] == 0 or out.shape[1] == 0:
+        return
+    q, grid, block = _row_grid(out)
+    launch.run(sddmm_spmm_kernel(q, out.dtype.str), grid, block, stream, A.indptr, A.indices, A.data, X, Y, Z, out)
+
+
+def attention(A, Q, K, V, out, *, stream=0):
+    """Launch fused graph attention ``out = softmax_row(A ⊙ (Q K^T)) V``."""
+    if out.shape[0] == 0 or out.shape[1] == 0:
+        return
+    q, grid, block = _row_grid(out)
+    launch.run(attention_kernel(q, out.dtype.str), grid, block, stream, A.indptr, A.indices, A.data, Q, K, V, out)
+
+
+def edge_softmax(A, values, out, *, stream=0):
+    """Launch the per-row softmax of ``values`` (one per stored entry of A) into ``out``."""
+    m = A.shape[0]
+    if m == 0 or A.nnz == 0:
+        return
+    grid, block = launch.row_warp_grid(m, 1, 1)
+    launch.run(edge_softmax_kernel(out.dtype.str), grid, block, stream, A.indptr, values, out)
