@@ -29,7 +29,8 @@ def parse_args(argv=None):
     p.add_argument("--data", help="also every *.npz scipy CSR graph in this directory")
     p.add_argument("--n", type=lambda t: _list(t, int), default=[32, 64, 128, 256], help="dense widths, e.g. 32,64")
     p.add_argument("--ops", type=_list, default=["spmm", "sddmm"],
-                   help="spmm, sddmm, gcn ((A @ X) @ W with W N x 64: fused spmm_dense vs spmm then matmul)")
+                   help="spmm, sddmm, gcn ((A @ X) @ W with W N x 64: fused spmm_dense vs spmm then matmul), "
+                        "sddmm_spmm, attention (fused vs unfused; yardstick: PyG-style gather/scatter)")
     p.add_argument("--reduce", type=_list, default=["sum"], help="SpMM reductions, e.g. sum,mean,max,min")
     p.add_argument("--algorithms", type=_list, default=None, help="numbasparse algorithms (default: all CUDA ones)")
     p.add_argument("--baselines", type=_list, default=list(BASELINES), help="comma list, or 'none'")
@@ -52,8 +53,8 @@ def parse_args(argv=None):
     unknown = set(args.baselines) - set(BASELINES)
     if unknown:
         p.error(f"unknown baselines {sorted(unknown)}; known: {sorted(BASELINES)}")
-    if set(args.ops) - {"spmm", "sddmm", "gcn"}:
-        p.error("--ops takes spmm, sddmm and/or gcn")
+    if set(args.ops) - {"spmm", "sddmm", "gcn", "sddmm_spmm", "attention"}:
+        p.error("--ops takes spmm, sddmm, gcn, sddmm_spmm and/or attention")
     if set(args.reduce) - {"sum", "mean", "max", "min"}:
         p.error("--reduce takes sum, mean, max, min")
     if args.repeat < 1 or any(n < 1 for n in args.n):
@@ -126,7 +127,7 @@ def main(argv=None):
 
     rows = []
     graph_set, prep_seconds = load_graphs(args)
-    cases = [harness.Case(name, A, op, {"spmm": reduce, "sddmm": "-", "gcn": "sum"}[op], n, args.dtype)
+    cases = [harness.Case(name, A, op, reduce if op == "spmm" else "sum" if op == "gcn" else "-", n, args.dtype)
              for name, A in graph_set.items() for op in args.ops
              for reduce in (args.reduce if op == "spmm" else ["-"]) for n in args.n]
     start = time.time()

@@ -66,6 +66,17 @@ def pyg_scatter(A, op, reduce, dtype):
     val = torch.as_tensor(A.data.astype(dtype), device="cuda")
     if op == "sddmm":
         return lambda X, Y: (X[row] * Y[col]).sum(-1) * val
+    if op in ("sddmm_spmm", "attention"):
+        def scores_times(X, Y, Z):
+            scores = (X[row] * Y[col]).sum(-1) * val
+            if op == "attention":  # edge softmax per destination row
+                largest = torch.full((A.shape[0],), -torch.inf, dtype=X.dtype, device=X.device)
+                largest = largest.scatter_reduce(0, row, scores, "amax", include_self=True)
+                scores = torch.exp(scores - largest[row])
+                scores = scores / torch.zeros_like(largest).index_add_(0, row, scores)[row]
+            out = torch.zeros(A.shape[0], Z.shape[1], dtype=Z.dtype, device=Z.device)
+            return out.index_add_(0, row, Z[col] * scores[:, None])
+        return scores_times
 
     def run(B):
         messages = B[col] * val[:, None]
@@ -100,10 +111,11 @@ BASELINES = {
 
 #: Operations each baseline implements.
 OPS = {"torch_csr32": ("spmm", "gcn"), "torch_csr64": ("spmm", "gcn"), "cupyx": ("spmm",),
-       "pyg_scatter": ("spmm", "sddmm"), "torch_sampled_addmm": ("sddmm",)}
+       "pyg_scatter": ("spmm", "sddmm", "sddmm_spmm", "attention"), "torch_sampled_addmm": ("sddmm",)}
 
 #: The yardstick for speedups: cuSPARSE through PyTorch.
-YARDSTICK = {"spmm": "torch_csr32", "sddmm": "torch_sampled_addmm", "gcn": "torch_csr32"}
+YARDSTICK = {"spmm": "torch_csr32", "sddmm": "torch_sampled_addmm", "gcn": "torch_csr32",
+             "sddmm_spmm": "pyg_scatter", "attention": "pyg_scatter"}
 
 
 def to_numpy(result):

@@ -12,12 +12,14 @@ import numpy as np
 
 from .. import api, dispatch
 from ..csr import CSR
-from ..reference import relative_error, spmm_reference
+from ..reference import attention_reference, relative_error, sddmm_spmm_reference, spmm_reference
 from .baselines import BASELINES, OPS, Unsupported, to_numpy
 from .timing import time_cuda, time_host, time_kernels
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # cuSPARSE and atomics reorder sums
 GCN_OUT = 64  # "gcn" op: (A @ X) @ W with X (K, N) and W (N, GCN_OUT), a GCN layer
+#: SDDMM -> SpMM ops, all dense operands N wide: "sddmm_spmm" (A ⊙ X Y^T) Z, "attention" softmax_row(...) Z
+SCORE_OPS = ("sddmm_spmm", "attention")
 CALL_TIME_MAX_NNZ = 2_000_000
 
 
@@ -25,7 +27,7 @@ CALL_TIME_MAX_NNZ = 2_000_000
 class Case:
     graph: str
     A: object          # scipy CSR
-    op: str            # "spmm", "sddmm" or "gcn"
+    op: str            # "spmm", "sddmm", "gcn", "sddmm_spmm" or "attention"
     reduce: str        # reduction ("-" for sddmm)
     n: int             # dense columns (N for SpMM, K for SDDMM)
     dtype: str = "float32"
@@ -41,10 +43,14 @@ def compulsory_bytes(A, op, n, dtype, index_bytes=4):
         return csr + (k * n + m * n) * value
     if op == "gcn":
         return csr + (k * n + n * GCN_OUT + m * GCN_OUT) * value
+    if op in SCORE_OPS:  # X, Y, Z in, out written
+        return csr + (2 * m * n + 2 * k * n) * value
     return csr + (m + k) * n * value + A.nnz * value
 
 
 def flops(A, op, n):
+    if op in SCORE_OPS:
+        return 4 * A.nnz * n
     if op == "gcn":
         return 2 * A.nnz * n + 2 * A.shape[0] * n * GCN_OUT
     return 2 * A.nnz * n
@@ -59,6 +65,9 @@ def numbasparse_impl(algorithm):
         if op == "spmm" and reduce not in dispatch.SPMM[algorithm].reductions:
             raise Unsupported(f"{algorithm} does not do reduce={reduce}")
         csr = CSR.from_scipy(A, dtype=dtype)
+        if op in SCORE_OPS:
+            fn = api.sddmm_spmm if op == "sddmm_spmm" else api.graph_attention
+            return lambda X, Y, Z: fn(csr, X, Y, Z, fused=algorithm == "fused")
         if op == "gcn" and algorithm == "fused":
             return lambda X, W: api.spmm_dense(csr, X, W)
         if op == "gcn":
@@ -70,7 +79,7 @@ def numbasparse_impl(algorithm):
 
 
 def implementations(algorithms, baselines):
-    impls = {f"ns:{a}": numbasparse_impl(a) for a in list(algorithms) + ["fused"]}
+    impls = {f"ns:{a}": numbasparse_impl(a) for a in list(algorithms) + ["fused", "unfused"]}
     impls.update({b: BASELINES[b] for b in baselines})
     return impls
 
@@ -81,7 +90,8 @@ def _inputs(case, copies, rng):
     m, k = case.A.shape
     dtype = getattr(torch, case.dtype)
     shapes = {"spmm": [(k, case.n)], "sddmm": [(m, case.n), (k, case.n)],
-              "gcn": [(k, case.n), (case.n, GCN_OUT)]}[case.op]
+              "gcn": [(k, case.n), (case.n, GCN_OUT)], "sddmm_spmm": [(m, case.n), (k, case.n), (k, case.n)],
+              "attention": [(m, case.n), (k, case.n), (k, case.n)]}[case.op]
     first = [torch.as_tensor(rng.standard_normal(s), dtype=dtype, device="cuda") for s in shapes]
     return [first] + [[t.clone() for t in first] for _ in range(copies - 1)]
 
@@ -100,6 +110,9 @@ def _reference(case, inputs):
         return (C if case.op == "spmm" else C @ inputs[1].double()).cpu().numpy()
     if case.op == "spmm":
         return spmm_reference(case.A, host[0], case.reduce)
+    if case.op in SCORE_OPS:
+        reference = sddmm_spmm_reference if case.op == "sddmm_spmm" else attention_reference
+        return reference(case.A, *host)
     # SDDMM: gathered float64 dot products on the GPU, a few million entries at a time.
     A = case.A
     X, Y = (t.double() for t in inputs)
@@ -117,7 +130,7 @@ def _reference(case, inputs):
 def l2_copies(case, l2_bytes):
     """How many copies of the dense inputs to rotate so they do not stay in L2."""
     m, k = case.A.shape
-    rows = {"spmm": k, "sddmm": m + k, "gcn": k}[case.op]
+    rows = {"spmm": k, "sddmm": m + k, "gcn": k, "sddmm_spmm": m + 2 * k, "attention": m + 2 * k}[case.op]
     dense = rows * case.n * np.dtype(case.dtype).itemsize
     return int(min(8, max(1, np.ceil(3 * l2_bytes / max(dense, 1)))))
 
@@ -126,6 +139,10 @@ def applies(name, op):
     """Whether implementation ``name`` (``ns:ALGO`` or a baseline) implements ``op``."""
     if name.startswith("ns:"):
         algorithm = name[3:]
+        if op in SCORE_OPS:
+            return algorithm in ("fused", "unfused")
+        if algorithm == "unfused":
+            return False
         if op == "gcn":
             return algorithm == "fused" or algorithm in dispatch.algorithms("spmm", "cuda")
         return algorithm in dispatch.algorithms(op, "cuda")

@@ -120,3 +120,13 @@ def test_fused_only_applies_to_gcn_and_hc_only_to_sum():
     assert "ns:fused" in harness.implementations(["hp"], [])
     with pytest.raises(harness.Unsupported):
         harness.numbasparse_impl("hc")(sp.identity(3, format="csr"), "spmm", "max", "float32")
+
+
+def test_fused_score_ops_compare_fused_unfused_and_scatter():
+    for op in ("sddmm_spmm", "attention"):
+        assert harness.applies("ns:fused", op) and harness.applies("ns:unfused", op)
+        assert harness.applies("pyg_scatter", op) and not harness.applies("ns:hp", op)
+    assert not harness.applies("ns:unfused", "spmm")
+    A = sp.csr_matrix(np.ones((3, 5), np.float32))
+    assert harness.compulsory_bytes(A, "attention", 8, "float32") == 4 * 4 + 15 * 8 + (2 * 3 * 8 + 2 * 5 * 8) * 4
+    assert parse_args(["--ops", "sddmm_spmm,attention"]).ops == ["sddmm_spmm", "attention"]
