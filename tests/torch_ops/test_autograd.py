@@ -1,0 +1,75 @@
+"""numbasparse.torch: forward values and gradcheck in float64 (CPU tensors via the CPU
+backend; CUDA tensors on the GPU, marked gpu)."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+torch = pytest.importorskip("torch")
+nst = pytest.importorskip("numbasparse.torch")
+
+from numbasparse.reference import attention_reference, sddmm_reference, sddmm_spmm_reference, spmm_reference  # noqa: E402
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _setup(device, shape=(7, 6), density=0.4, seed=None):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    rng = np.random.default_rng(seed)
+    A = sp.random(*shape, density=density, format="csr", random_state=rng)
+    A = sp.csr_matrix(A.toarray() * (rng.random(shape[0]) > 0.2)[:, None])  # empty rows
+    A.data = rng.uniform(0.5, 1.5, A.nnz)
+    graph = nst.Graph(A, device=device, dtype=torch.float64)
+    return rng, A, graph
+
+
+def _tensor(rng, shape, device):
+    return torch.tensor(rng.standard_normal(shape), dtype=torch.float64, device=device, requires_grad=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_spmm_forward_and_gradcheck(device, reduce):
+    rng, A, graph = _setup(device)
+    B = _tensor(rng, (6, 5), device)
+    values = graph.values.clone().requires_grad_(True)
+    C = nst.spmm(graph, B, values, reduce=reduce)
+    np.testing.assert_allclose(C.detach().cpu().numpy(), spmm_reference(A, B.detach().cpu().numpy(), reduce),
+                               rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda v, b: nst.spmm(graph, b, v, reduce=reduce), (values, B))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sddmm_forward_and_gradcheck(device):
+    rng, A, graph = _setup(device)
+    X, Y = _tensor(rng, (7, 4), device), _tensor(rng, (6, 4), device)
+    values = graph.values.clone().requires_grad_(True)
+    s = nst.sddmm(graph, X, Y, values)
+    np.testing.assert_allclose(s.detach().cpu().numpy(),
+                               sddmm_reference(A, X.detach().cpu().numpy(), Y.detach().cpu().numpy()), rtol=1e-10)
+    assert torch.autograd.gradcheck(lambda v, x, y: nst.sddmm(graph, x, y, v), (values, X, Y))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", ["sddmm_spmm", "graph_attention"])
+def test_fused_ops_forward_and_gradcheck(device, op):
+    rng, A, graph = _setup(device)
+    X, Y, Z = _tensor(rng, (7, 3), device), _tensor(rng, (6, 3), device), _tensor(rng, (6, 4), device)
+    values = graph.values.clone().requires_grad_(True)
+    fn = getattr(nst, op)
+    reference = {"sddmm_spmm": sddmm_spmm_reference, "graph_attention": attention_reference}[op]
+    out = fn(graph, X, Y, Z, values)
+    host = [t.detach().cpu().numpy() for t in (X, Y, Z)]
+    np.testing.assert_allclose(out.detach().cpu().numpy(), reference(A, *host), rtol=1e-9, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda v, x, y, z: fn(graph, x, y, z, v), (values, X, Y, Z))
+
+
+def test_values_must_match_operands():
+    rng, A, graph = _setup("cpu")
+    B = _tensor(rng, (6, 2), "cpu")
+    with pytest.raises(ValueError, match="shape"):
+        nst.spmm(graph, B, torch.ones(A.nnz + 1, dtype=torch.float64))
+    with pytest.raises(TypeError, match="match"):
+        nst.spmm(graph, B, torch.ones(A.nnz, dtype=torch.float32))
+    with pytest.raises(ValueError, match="reduce"):
+        nst.spmm(graph, B, reduce="max")
