@@ -22,14 +22,14 @@ def _undirected(src, dst, n_nodes):
 
 
 def community_graph(n_nodes=4096, avg_degree=10.0, n_communities=40, mixing=0.2,
-                    degree_exponent=2.3, seed=0):
+                    degree_exponent=2.3, seed=0, *, return_communities=False):
     """A power-law graph with community structure (degree-corrected planted partition).
 
     Node weights follow a Pareto law with tail exponent ``degree_exponent`` (so degrees are
     power-law, as in real graphs); community sizes are also heavy-tailed.  Each edge picks
     its source by weight and, with probability ``1 - mixing``, a target of the same
     community by weight, otherwise any target by weight (Chung-Lu within and across
-    communities).
+    communities).  With ``return_communities``, also each node's community (int64).
     """
     rng = np.random.default_rng(seed)
     weight = rng.pareto(degree_exponent - 1.0, n_nodes) + 1.0
@@ -53,7 +53,26 @@ def community_graph(n_nodes=4096, avg_degree=10.0, n_communities=40, mixing=0.2,
     hi = cum_weight[ends[c] - 1]
     pos = np.searchsorted(cum_weight, lo + rng.random(c.size) * (hi - lo), side="right")
     dst[intra] = order[np.clip(pos, starts[c], ends[c] - 1)]
-    return _undirected(src, dst, n_nodes)
+    A = _undirected(src, dst, n_nodes)
+    return (A, community.astype(np.int64)) if return_communities else A
+
+
+def node_classification(n_classes=8, feature_dim=32, signal=0.6, seed=0):
+    """A node-classification task on the bundled graph, for the GNN examples.
+
+    Labels: each node's community modulo ``n_classes``; features: a random unit-scale centre
+    per class times ``signal`` plus unit Gaussian noise (too noisy alone, so neighbours help);
+    split: 10% train, 20% validation, 70% test, all seeded.
+    Returns (A, features float32 (n, feature_dim), labels int64, train, val, test index arrays).
+    """
+    A, community = community_graph(return_communities=True)
+    rng = np.random.default_rng(seed)
+    labels = community % n_classes
+    centres = rng.standard_normal((n_classes, feature_dim))
+    features = (signal * centres[labels] + rng.standard_normal((len(labels), feature_dim))).astype(np.float32)
+    order = rng.permutation(len(labels))
+    n_train, n_val = len(labels) // 10, len(labels) // 5
+    return A, features, labels, order[:n_train], order[n_train:n_train + n_val], order[n_train + n_val:]
 
 
 def default_graph():

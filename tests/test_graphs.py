@@ -50,3 +50,12 @@ def test_bad_spec_is_refused(spec):
 def test_specs():
     assert graphs.from_spec("rmat:8:4").shape == (256, 256)
     assert graphs.from_spec("default").shape[0] == graphs.default_graph().shape[0]
+
+
+def test_node_classification_task_is_seeded_and_split():
+    A, X, y, train, val, test = graphs.node_classification()
+    A2, X2, y2, *_ = graphs.node_classification()
+    assert (A != A2).nnz == 0 and np.array_equal(X, X2) and np.array_equal(y, y2)
+    assert (A != graphs.default_graph()).nnz == 0
+    assert X.shape == (A.shape[0], 32) and X.dtype == np.float32 and set(np.unique(y)) <= set(range(8))
+    assert len(np.intersect1d(train, test)) == 0 and len(train) + len(val) + len(test) == A.shape[0]
