@@ -24,6 +24,8 @@ MODEL_PATH = Path(__file__).with_name("hc_selector.json")
 class Model:
     """A trained selector: standardisation, weights, intercept, and where it came from."""
     features: tuple
+    lower: np.ndarray   # features are clipped to the range seen in training (no extrapolation)
+    upper: np.ndarray
     mean: np.ndarray
     scale: np.ndarray
     coef: np.ndarray
@@ -40,13 +42,16 @@ class Model:
         unknown = set(doc["features"]) - set(FEATURES)
         if unknown:
             raise ValueError(f"selector model uses unknown features {sorted(unknown)}; known: {FEATURES}")
-        return cls(tuple(doc["features"]), np.asarray(doc["mean"], np.float64),
+        return cls(tuple(doc["features"]), np.asarray(doc["lower"], np.float64),
+                   np.asarray(doc["upper"], np.float64), np.asarray(doc["mean"], np.float64),
                    np.asarray(doc["scale"], np.float64), np.asarray(doc["coef"], np.float64),
                    float(doc["intercept"]),
-                   {k: v for k, v in doc.items() if k not in ("features", "mean", "scale", "coef", "intercept")})
+                   {k: v for k, v in doc.items()
+                    if k not in ("features", "lower", "upper", "mean", "scale", "coef", "intercept")})
 
     def to_json(self):
-        return dict(self.meta, features=list(self.features), mean=self.mean.tolist(),
+        return dict(self.meta, features=list(self.features), lower=self.lower.tolist(),
+                    upper=self.upper.tolist(), mean=self.mean.tolist(),
                     scale=self.scale.tolist(), coef=self.coef.tolist(), intercept=self.intercept)
 
 
@@ -81,12 +86,13 @@ def window_features(windows):
 
 
 @njit(cache=True)
-def _decide(features, columns, mean, scale, coef, intercept, nnz):
+def _decide(features, columns, lower, upper, mean, scale, coef, intercept, nnz):
     out = np.zeros(features.shape[0], np.bool_)
     for w in range(features.shape[0]):
         z = intercept
         for f in range(columns.shape[0]):
-            z += coef[f] * (features[w, columns[f]] - mean[f]) / scale[f]
+            x = min(max(features[w, columns[f]], lower[f]), upper[f])
+            z += coef[f] * (x - mean[f]) / scale[f]
         out[w] = z > 0.0 and nnz[w] > 0
     return out
 
@@ -94,5 +100,5 @@ def _decide(features, columns, mean, scale, coef, intercept, nnz):
 def use_tiles(windows, model=None):
     """Boolean per window of a :class:`RowWindows`: True -> dense-tile path."""
     model = model or load_model()
-    return _decide(window_features(windows), model.columns, model.mean, model.scale, model.coef,
-                   model.intercept, windows.nnz)
+    return _decide(window_features(windows), model.columns, model.lower, model.upper, model.mean,
+                   model.scale, model.coef, model.intercept, windows.nnz)

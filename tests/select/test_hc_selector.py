@@ -51,7 +51,7 @@ def test_dense_windows_go_to_tiles_and_scattered_to_cores():
 
 
 def test_model_json_round_trip():
-    model = Model(("sparsity", "row_nnz"), np.zeros(2), np.ones(2), np.array([1.0, -2.0]), 0.5,
+    model = Model(("sparsity", "row_nnz"), np.zeros(2), np.ones(2), np.zeros(2), np.ones(2), np.array([1.0, -2.0]), 0.5,
                   {"provenance": "test"})
     assert Model.from_json(json.loads(json.dumps(model.to_json()))).intercept == 0.5
     with pytest.raises(ValueError, match="features"):
@@ -73,3 +73,12 @@ def test_window_groups_cover_similar_windows():
     assert groups and sum(count for _, count, _ in groups) <= row_windows(A).n_windows
     for features, count, sub in groups:
         assert sub.shape[0] <= 16 * count and sub.shape[1] == A.shape[1]
+
+
+def test_features_are_clipped_to_the_training_range():
+    """A window wider than any trained on is judged as the widest trained window."""
+    model = Model(("n_cols",), np.array([1.0]), np.array([130.0]), np.array([0.0]), np.array([1.0]),
+                  np.array([-1.0]), 200.0, {})
+    wide = row_windows(sp.csr_matrix((np.ones(16 * 40), (np.repeat(np.arange(16), 40), np.arange(640))),
+                                     shape=(16, 640)))
+    assert wide.n_cols[0] == 640 and use_tiles(wide, model).all()  # unclipped: 200 - 640 < 0, cores
