@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 
 from . import cpu
-from .cuda import crc, fused, hc, hp, sddmm_warp
+from .cuda import crc, fused, hc, hp, sddmm_warp, tiled
 
 BACKENDS = ("auto", "cuda", "cpu")
 
@@ -65,6 +65,67 @@ def spmm_dense_fused(A, X, W, out, *, stream=0):
     hc.spmm_dense(A, hc_windows(A)[1], hc_paths(A, "hybrid"), X, W, out, stream=stream)
 
 
+def _row_order(A, balance):
+    key = ("row_order", balance)
+    if key not in A._derived:
+        from numba import cuda
+
+        A._derived[key] = cuda.to_device(tiled.row_order(A._host, balance))
+    return A._derived[key]
+
+
+def tuned_schedule(A, n_cols, dtype, *, top_k=8):
+    """G-Sparse schedule for (A, N, dtype): from A's memory, else the on-disk cache, else the
+    autotuner (cost-model ranking, the best ``top_k`` timed on this GPU, winner stored).  On the
+    simulator, where timings mean nothing, the cost model's first choice."""
+    import numpy as np
+
+    from .select import tuner
+
+    key = ("tuned", n_cols, np.dtype(dtype).name)
+    if key in A._derived:
+        return A._derived[key]
+    lengths = np.diff(A._host.indptr)
+    itemsizes = dict(value_itemsize=np.dtype(dtype).itemsize, index_itemsize=A.index_dtype.itemsize)
+    if simulator_enabled():
+        schedule = tuner.rank(lengths, n_cols, tuner.Device("simulator", 1), **itemsizes)[0]
+    else:
+        device = tuner.Device.current()
+        disk_key = tuner.cache_key(device.name, tuner.graph_signature(A._host), n_cols, dtype)
+        schedule = tuner.load_cached(disk_key)
+        if schedule is None:
+            import time
+
+            start = time.perf_counter()
+            schedule, record = tuner.tune(lengths, n_cols, _timer(A, n_cols, dtype), device, top_k=top_k,
+                                          **itemsizes)
+            record["search_s"] = time.perf_counter() - start  # compiles included
+            tuner.store(disk_key, schedule, record)
+    A._derived[key] = schedule
+    return schedule
+
+
+def _timer(A, n_cols, dtype):
+    """``time(schedule) -> ms``: median of 5 launches on scratch operands, after a warm-up."""
+    import numpy as np
+    from numba import cuda
+
+    from .bench.timing import time_cuda
+
+    B = cuda.to_device(np.ones((A.shape[1], n_cols), dtype))
+    C = cuda.device_array((A.shape[0], n_cols), dtype)
+
+    def time_schedule(schedule):
+        order = _row_order(A, schedule.balance)
+        return time_cuda(lambda: tiled.spmm_tiled(A, order, B, C, schedule), warmup=1, repeat=5)[0]
+    return time_schedule
+
+
+def _spmm_tuned(A, B, C, reduce, *, stream=0):
+    schedule = tuned_schedule(A, C.shape[1], C.dtype)
+    tiled.spmm_tiled(A, _row_order(A, schedule.balance), B, C, schedule, stream=stream)
+
+
 def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
     """``out = f(A ⊙ (X Y^T)) Z`` with f the identity or the per-row softmax (graph attention).
     fuse: one kernel (:mod:`numbasparse.cuda.fused`), else HP-SDDMM, [edge softmax], HP-SpMM
@@ -100,6 +161,8 @@ SPMM = _table(
               "HC-SpMM 16-row windows, dense-tile or CUDA-core path per window (LR selector)", ("sum",)),
     Algorithm("hc_tiles", "cuda", _spmm_hc("tiles"), "HC-SpMM, every window on the dense-tile path", ("sum",)),
     Algorithm("hc_cores", "cuda", _spmm_hc("cores"), "HC-SpMM, every window on the CUDA-core path", ("sum",)),
+    Algorithm("tuned", "cuda", _spmm_tuned,
+              "G-Sparse 2-D shared-memory tiled SpMM, schedule chosen by cost model + autotuner", ("sum",)),
     Algorithm("cpu_rows", "cpu", cpu.spmm_rows, "numba.njit(parallel=True), rows across cores"),
 )
 

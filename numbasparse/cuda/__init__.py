@@ -11,7 +11,7 @@ def kernel_configs():
     import numba
     import numpy as np
 
-    from . import crc, fused, gather, hc, hp, reductions, sddmm_warp
+    from . import crc, fused, gather, hc, hp, reductions, sddmm_warp, tiled
 
     configs = []
     for value, index in (("<f4", "<i4"), ("<f8", "<i8")):
@@ -42,6 +42,11 @@ def kernel_configs():
                             (*csr, V[:, ::1], V[:, ::1], V[:, ::1], V[:, ::1])))
             configs.append((f"attention q={q} {value}/{index}", fused.attention_kernel(q, value),
                             (*csr, V[:, ::1], V[:, ::1], V[:, ::1], V[:, ::1])))
+        for schedule in (tiled.Schedule(1, 32, 1, 32, False), tiled.Schedule(8, 32, 4, 64, True),
+                         tiled.Schedule(32, 8, 2, 32, False)):
+            configs.append((f"spmm_tiled {schedule.m_tile}x{schedule.n_tile}x{schedule.reg_tile}x"
+                            f"{schedule.nnz_tile} {value}/{index}", tiled.spmm_tiled_kernel(schedule, value, index),
+                            (*csr, numba.int64[::1], V[:, ::1], V[:, ::1])))
         configs.append((f"edge_softmax {value}/{index}", fused.edge_softmax_kernel(value), (I[::1], V[::1], V[::1])))
         configs.append((f"gather_rows {value}", gather.gather_rows_kernel(), (V[:, ::1], numba.int64[::1], V[:, ::1])))
         configs.append((f"gather {value}", gather.gather_kernel(), (V[::1], numba.int64[::1], V[::1])))

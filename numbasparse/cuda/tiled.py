@@ -1,0 +1,137 @@
+"""G-Sparse's tiled SpMM (paper 002, section III-B): 2-D shared-memory tiling of the sparse
+rows, 1-D stride register tiling of the output columns and row load balancing, with the
+schedule (tile sizes, balancing) an explicit parameter kept apart from the algorithm.
+
+The algorithm is always ``C[i, :] = sum_p a_p * B[col_p, :]`` (reduce "sum"); a
+:class:`Schedule` only decides how threads, shared memory and registers cover it.
+:mod:`numbasparse.select.tuner` searches the schedules.
+"""
+import functools
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from numba import cuda
+
+from . import launch
+
+SHARED_BYTES_MAX = 48 * 1024  # static shared memory per block
+THREADS_MAX = 1024
+
+
+@dataclass(frozen=True, order=True)
+class Schedule:
+    """How the tiled SpMM kernel covers ``C = A @ B``.
+
+    m_tile: rows of A per block (threadIdx.y); n_tile: threads per row along N (threadIdx.x);
+    reg_tile: output columns per thread, strided by n_tile (1-D stride register tiling);
+    nnz_tile: (column, value) pairs per row staged in shared memory per round (2-D shared
+    tiling: an m_tile x nnz_tile tile); balance: rows taken longest first (row swizzle).
+    """
+    m_tile: int
+    n_tile: int
+    reg_tile: int
+    nnz_tile: int
+    balance: bool
+
+    @property
+    def threads(self):
+        return self.m_tile * self.n_tile
+
+    @property
+    def cols_per_block(self):
+        return self.n_tile * self.reg_tile
+
+    def shared_bytes(self, value_itemsize, index_itemsize):
+        return self.m_tile * self.nnz_tile * (value_itemsize + index_itemsize) + 4 * self.m_tile
+
+    def valid(self, value_itemsize=4, index_itemsize=4):
+        """Fits the hardware limits (threads per block, static shared memory)."""
+        return (self.threads <= THREADS_MAX and self.threads >= 32
+                and self.shared_bytes(value_itemsize, index_itemsize) <= SHARED_BYTES_MAX)
+
+
+def schedule_space(value_itemsize=4, index_itemsize=4):
+    """Every valid schedule of the search grid."""
+    grid = [Schedule(m, n, r, k, b) for m in (1, 2, 4, 8, 16, 32) for n in (8, 16, 32)
+            for r in (1, 2, 4) for k in (32, 64, 128, 256) for b in (False, True)]
+    return [s for s in grid if s.valid(value_itemsize, index_itemsize)]
+
+
+@functools.lru_cache(maxsize=None)
+def spmm_tiled_kernel(schedule, value_dtype, index_dtype):
+    """Compile-once factory of the tiled SpMM kernel for one schedule.
+
+    Thread mapping: block (n_tile, m_tile); thread (tx, ty) owns row ``order[blockIdx.x * m_tile
+    + ty]`` and columns ``blockIdx.y * n_tile * reg_tile + tx + n_tile * r`` (r < reg_tile).  Per
+    round the n_tile threads of a row stage nnz_tile of its (column, value) pairs in shared
+    memory (coalesced), then each thread accumulates them into its reg_tile registers.
+    """
+    m_tile, n_tile, reg_tile, nnz_tile = schedule.m_tile, schedule.n_tile, schedule.reg_tile, schedule.nnz_tile
+    value_type = numba.from_dtype(np.dtype(value_dtype))
+    index_type = numba.from_dtype(np.dtype(index_dtype))
+    zero = np.dtype(value_dtype).type(0)
+    tile_size = m_tile * nnz_tile
+
+    @cuda.jit
+    def spmm_tiled(indptr, indices, data, order, B, C):
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        m, n = C.shape
+        slot = cuda.blockIdx.x * m_tile + ty
+        row = order[slot] if slot < m else -1
+        col0 = cuda.blockIdx.y * n_tile * reg_tile
+        staged_col = cuda.shared.array(tile_size, index_type)
+        staged_val = cuda.shared.array(tile_size, value_type)
+        rounds = cuda.shared.array(m_tile, numba.int32)
+        lo = indptr[row] if row >= 0 else 0
+        length = indptr[row + 1] - lo if row >= 0 else 0
+        if tx == 0:
+            rounds[ty] = (length + nnz_tile - 1) // nnz_tile
+        acc = cuda.local.array(reg_tile, value_type)
+        for r in range(reg_tile):
+            acc[r] = zero
+        cuda.syncthreads()
+        block_rounds = 0
+        for y in range(m_tile):
+            block_rounds = max(block_rounds, rounds[y])
+        for ro in range(block_rounds):
+            start = ro * nnz_tile
+            for k in range(tx, nnz_tile, n_tile):
+                if start + k < length:
+                    staged_col[ty * nnz_tile + k] = indices[lo + start + k]
+                    staged_val[ty * nnz_tile + k] = data[lo + start + k]
+            cuda.syncthreads()
+            for k in range(min(nnz_tile, length - start)):
+                j = staged_col[ty * nnz_tile + k]
+                a = staged_val[ty * nnz_tile + k]
+                for r in range(reg_tile):
+                    c = col0 + tx + n_tile * r
+                    if c < n:
+                        acc[r] += a * B[j, c]
+            cuda.syncthreads()
+        if row >= 0:
+            for r in range(reg_tile):
+                c = col0 + tx + n_tile * r
+                if c < n:
+                    C[row, c] = acc[r]
+
+    return spmm_tiled
+
+
+def row_order(A, balance):
+    """Rows longest first (G-Sparse's row load balancing) or in order, as int64 on the host."""
+    if not balance:
+        return np.arange(A.shape[0], dtype=np.int64)
+    return np.argsort(-np.diff(A.indptr.astype(np.int64)), kind="stable").astype(np.int64)
+
+
+def spmm_tiled(A, order, B, C, schedule, *, stream=0):
+    """Launch the tiled SpMM ``C = A @ B`` with ``schedule``; ``order`` is the device copy of
+    :func:`row_order` for ``schedule.balance``."""
+    m, n = C.shape
+    if m == 0 or n == 0:
+        return
+    kernel = spmm_tiled_kernel(schedule, C.dtype.str, A.indices.dtype.str)
+    grid = (launch.cdiv(m, schedule.m_tile), launch.cdiv(n, schedule.cols_per_block))
+    launch.run(kernel, grid, (schedule.n_tile, schedule.m_tile), stream, A.indptr, A.indices, A.data, order, B, C)

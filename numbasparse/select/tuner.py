@@ -1,0 +1,127 @@
+"""Schedule search for G-Sparse's tiled SpMM (paper 002, section III-D): enumerate the valid
+schedules, rank them with a cost model built from the graph's row lengths and the GPU's
+properties, time the best-ranked ones on the GPU, and keep the winner on disk.
+
+The paper's cost model is a neural network trained on measured kernels; this one is analytic
+(no training data needed), which makes its ranking easy to read and to check against an
+exhaustive search (``tune(..., top_k=None)`` times every schedule).
+
+Cache: a JSON file, ``$NUMBASPARSE_CACHE`` or ``$XDG_CACHE_HOME/numbasparse/tuned.json`` (default
+``~/.cache``), keyed by GPU name, graph signature (a hash of indptr and indices), N and dtype.
+"""
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..cuda.tiled import Schedule, schedule_space
+
+WARP = 32
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the cost model needs to know about the GPU."""
+    name: str
+    sms: int
+    threads_per_sm: int = 2048
+    blocks_per_sm: int = 32
+    shared_per_sm: int = 228 * 1024
+
+    @classmethod
+    def current(cls):
+        from numba import cuda
+
+        dev = cuda.get_current_device()
+        name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+        return cls(name, int(dev.MULTIPROCESSOR_COUNT), int(dev.MAX_THREADS_PER_MULTI_PROCESSOR))
+
+
+def predicted_cost(schedule, row_lengths, n_cols, device, value_itemsize=4, index_itemsize=4):
+    """Predicted time of ``schedule`` in warp-instruction slots (only the ranking matters).
+
+    A round (one nnz_tile chunk of every row of a block) costs each warp nnz_tile x reg_tile
+    multiply-adds with their B loads, the staging loads and two barriers; a block runs as many
+    rounds as its longest row needs (its rows wait at the barriers), in every column block.
+    The work, in warp instructions, is spread over the SMs' 4 schedulers each, slowed when too
+    few warps are resident to hide memory latency (fewer than 16 per SM: limited by threads,
+    blocks and shared memory per SM); the time is never less than the slowest block.
+    """
+    lengths = np.asarray(row_lengths, dtype=np.int64)
+    if schedule.balance:
+        lengths = np.sort(lengths)[::-1]
+    pad = (-len(lengths)) % schedule.m_tile
+    per_block = np.concatenate([lengths, np.zeros(pad, np.int64)]).reshape(-1, schedule.m_tile).max(axis=1)
+    rounds = -(-per_block // schedule.nnz_tile)
+    round_cost = schedule.nnz_tile * schedule.reg_tile + schedule.nnz_tile / schedule.n_tile + 40
+    col_blocks = -(-n_cols // schedule.cols_per_block)
+    warps = -(-schedule.threads // WARP)
+    work = float(rounds.sum() * round_cost * warps * col_blocks)
+    blocks_per_sm = min(device.blocks_per_sm, device.threads_per_sm // schedule.threads,
+                        device.shared_per_sm // max(1, schedule.shared_bytes(value_itemsize, index_itemsize)))
+    hiding = min(1.0, blocks_per_sm * warps / 16)
+    slowest = float(rounds.max(initial=0) * round_cost)
+    return max(work / (device.sms * 4 * hiding), slowest)
+
+
+def rank(row_lengths, n_cols, device, value_itemsize=4, index_itemsize=4):
+    """Valid schedules, cheapest predicted first."""
+    space = schedule_space(value_itemsize, index_itemsize)
+    costs = [predicted_cost(s, row_lengths, n_cols, device, value_itemsize, index_itemsize) for s in space]
+    return [space[i] for i in np.argsort(costs, kind="stable")]
+
+
+def graph_signature(A):
+    """Hash of a CSR's structure (indptr and indices) and shape."""
+    h = hashlib.sha1(f"{A.shape}".encode())
+    h.update(np.ascontiguousarray(A.indptr).tobytes())
+    h.update(np.ascontiguousarray(A.indices).tobytes())
+    return h.hexdigest()[:16]
+
+
+def cache_path():
+    if os.environ.get("NUMBASPARSE_CACHE"):
+        return Path(os.environ["NUMBASPARSE_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "numbasparse" / "tuned.json"
+
+
+def cache_key(device_name, signature, n_cols, dtype):
+    return f"{device_name}|{signature}|{n_cols}|{np.dtype(dtype).name}"
+
+
+def load_cached(key):
+    path = cache_path()
+    try:
+        entry = json.loads(path.read_text()).get(key)
+    except (OSError, ValueError):
+        return None
+    return Schedule(**entry["schedule"]) if entry else None
+
+
+def store(key, schedule, record):
+    path = cache_path()
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        doc = {}
+    doc[key] = dict(record, schedule=asdict(schedule))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(path)
+
+
+def tune(row_lengths, n_cols, time_schedule, device, *, top_k=8, value_itemsize=4, index_itemsize=4):
+    """Time the ``top_k`` best-ranked schedules (all of them when ``top_k`` is None) with
+    ``time_schedule(schedule) -> ms``; returns (best schedule, record of what was timed)."""
+    ranked = rank(row_lengths, n_cols, device, value_itemsize, index_itemsize)
+    candidates = ranked if top_k is None else ranked[:top_k]
+    timed = [(time_schedule(s), s) for s in candidates]
+    best_ms, best = min(timed, key=lambda t: t[0])
+    record = dict(best_ms=best_ms, timed=len(timed), space=len(ranked),
+                  model_first=asdict(ranked[0]), model_first_ms=timed[0][0])
+    return best, record

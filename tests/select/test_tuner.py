@@ -1,0 +1,54 @@
+"""The G-Sparse schedule search: cost model, ranking, timing loop and the on-disk cache."""
+import numpy as np
+import scipy.sparse as sp
+
+from numbasparse.cuda.tiled import Schedule
+from numbasparse.select import tuner
+
+H100 = tuner.Device("H100", 132)
+
+
+def test_ranking_covers_the_valid_space():
+    lengths = np.random.default_rng(0).integers(0, 50, 1000)
+    ranked = tuner.rank(lengths, 64, H100)
+    assert len(ranked) == len(set(ranked)) and all(s.valid() for s in ranked)
+
+
+def test_cost_grows_with_work_and_balance_helps_a_skewed_block():
+    s = Schedule(8, 32, 1, 32, False)
+    light, heavy = np.full(4096, 8), np.full(4096, 64)
+    assert tuner.predicted_cost(s, heavy, 32, H100) > tuner.predicted_cost(s, light, 32, H100)
+    skewed = np.tile([1000] + [1] * 7, 4096)  # one long row in every block of 8
+    balanced = Schedule(8, 32, 1, 32, True)
+    assert tuner.predicted_cost(balanced, skewed, 32, H100) < tuner.predicted_cost(s, skewed, 32, H100)
+
+
+def test_tune_times_the_top_k_and_keeps_the_fastest():
+    lengths = np.full(500, 10)
+    fake_ms = {s: 1.0 + i for i, s in enumerate(tuner.rank(lengths, 32, H100))}
+    timed = []
+
+    def time_schedule(s):
+        timed.append(s)
+        return fake_ms[s] if len(timed) != 3 else 0.5  # the third candidate is fastest
+
+    best, record = tuner.tune(lengths, 32, time_schedule, H100, top_k=5)
+    assert len(timed) == 5 and best == timed[2] and record["best_ms"] == 0.5 and record["timed"] == 5
+
+
+def test_cache_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path / "t.json"))
+    key = tuner.cache_key("H100", "abc", 64, np.float32)
+    assert tuner.load_cached(key) is None
+    schedule = Schedule(4, 32, 2, 64, True)
+    tuner.store(key, schedule, {"best_ms": 1.0})
+    tuner.store(tuner.cache_key("H100", "abc", 128, np.float32), Schedule(1, 32, 4, 32, False), {})
+    assert tuner.load_cached(key) == schedule
+
+
+def test_graph_signature_follows_structure_not_values():
+    A = sp.csr_matrix(np.array([[1.0, 0], [2, 3]]))
+    B = A.copy()
+    B.data *= 5
+    C = sp.csr_matrix(np.array([[1.0, 1], [2, 3]]))
+    assert tuner.graph_signature(A) == tuner.graph_signature(B) != tuner.graph_signature(C)
