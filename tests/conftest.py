@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))  # for ``strategies``
 
@@ -14,6 +15,9 @@ def _gpu_found():
         return False
     return result.stdout.strip().endswith("True")
 
+
+# algorithm="tuned" stores schedules on disk: keep the tests' out of the user's cache
+os.environ["NUMBASPARSE_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="numbasparse-tests-"), "tuned.json")
 
 if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_found():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # must happen before numba is imported
