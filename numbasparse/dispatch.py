@@ -74,56 +74,68 @@ def _row_order(A, balance):
     return A._derived[key]
 
 
-def tuned_schedule(A, n_cols, dtype, *, top_k=8):
-    """G-Sparse schedule for (A, N, dtype): from A's memory, else the on-disk cache, else the
+def tuned_schedule(A, n_cols, dtype, op="spmm", *, top_k=8):
+    """G-Sparse schedule for (op, A, N, dtype): from A's memory, else the on-disk cache, else the
     autotuner (cost-model ranking, the best ``top_k`` timed on this GPU, winner stored).  On the
     simulator, where timings mean nothing, the cost model's first choice."""
     import numpy as np
 
     from .select import tuner
 
-    key = ("tuned", n_cols, np.dtype(dtype).name)
+    key = ("tuned", op, n_cols, np.dtype(dtype).name)
     if key in A._derived:
         return A._derived[key]
     lengths = np.diff(A._host.indptr)
     itemsizes = dict(value_itemsize=np.dtype(dtype).itemsize, index_itemsize=A.index_dtype.itemsize)
     if simulator_enabled():
-        schedule = tuner.rank(lengths, n_cols, tuner.Device("simulator", 1), **itemsizes)[0]
+        schedule = tuner.rank(lengths, n_cols, tuner.Device("simulator", 1), op=op, **itemsizes)[0]
     else:
         device = tuner.Device.current()
-        disk_key = tuner.cache_key(device.name, tuner.graph_signature(A._host), n_cols, dtype)
+        disk_key = tuner.cache_key(device.name, tuner.graph_signature(A._host), n_cols, dtype, op)
         schedule = tuner.load_cached(disk_key)
         if schedule is None:
             import time
 
             start = time.perf_counter()
-            schedule, record = tuner.tune(lengths, n_cols, _timer(A, n_cols, dtype), device, top_k=top_k,
-                                          **itemsizes)
+            schedule, record = tuner.tune(lengths, n_cols, _timer(A, n_cols, dtype, op), device, top_k=top_k,
+                                          op=op, **itemsizes)
             record["search_s"] = time.perf_counter() - start  # compiles included
             tuner.store(disk_key, schedule, record)
     A._derived[key] = schedule
     return schedule
 
 
-def _timer(A, n_cols, dtype):
+def _timer(A, n_cols, dtype, op="spmm"):
     """``time(schedule) -> ms``: median of 5 launches on scratch operands, after a warm-up."""
     import numpy as np
     from numba import cuda
 
     from .bench.timing import time_cuda
 
-    B = cuda.to_device(np.ones((A.shape[1], n_cols), dtype))
-    C = cuda.device_array((A.shape[0], n_cols), dtype)
+    if op == "spmm":
+        B = cuda.to_device(np.ones((A.shape[1], n_cols), dtype))
+        C = cuda.device_array((A.shape[0], n_cols), dtype)
 
-    def time_schedule(schedule):
-        order = _row_order(A, schedule.balance)
-        return time_cuda(lambda: tiled.spmm_tiled(A, order, B, C, schedule), warmup=1, repeat=5)[0]
+        def time_schedule(schedule):
+            order = _row_order(A, schedule.balance)
+            return time_cuda(lambda: tiled.spmm_tiled(A, order, B, C, schedule), warmup=1, repeat=5)[0]
+    else:
+        X = cuda.to_device(np.ones((A.shape[0], n_cols), dtype))
+        Y = cuda.to_device(np.ones((A.shape[1], n_cols), dtype))
+        out = cuda.device_array(A.nnz, dtype)
+
+        def time_schedule(schedule):
+            return time_cuda(lambda: tiled.sddmm_tiled(A, X, Y, out, schedule), warmup=1, repeat=5)[0]
     return time_schedule
 
 
 def _spmm_tuned(A, B, C, reduce, *, stream=0):
     schedule = tuned_schedule(A, C.shape[1], C.dtype)
     tiled.spmm_tiled(A, _row_order(A, schedule.balance), B, C, schedule, stream=stream)
+
+
+def _sddmm_tuned(A, X, Y, out, *, stream=0):
+    tiled.sddmm_tiled(A, X, Y, out, tuned_schedule(A, X.shape[1], out.dtype, "sddmm"), stream=stream)
 
 
 def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
@@ -171,6 +183,8 @@ SDDMM = _table(
               "one warp per row, shuffle-reduced dot products"),
     Algorithm("hp", "cuda", hp.sddmm_hp,
               "HP-SDDMM hybrid parallel, equal nonzeros per warp, lane groups sized to K"),
+    Algorithm("tuned", "cuda", _sddmm_tuned,
+              "G-Sparse tiled SDDMM (X rows in shared memory, adaptive warp shuffle), autotuned schedule"),
     Algorithm("cpu_rows", "cpu", cpu.sddmm_rows, "numba.njit(parallel=True), rows across cores"),
 )
 

@@ -135,3 +135,96 @@ def spmm_tiled(A, order, B, C, schedule, *, stream=0):
     kernel = spmm_tiled_kernel(schedule, C.dtype.str, A.indices.dtype.str)
     grid = (launch.cdiv(m, schedule.m_tile), launch.cdiv(n, schedule.cols_per_block))
     launch.run(kernel, grid, (schedule.n_tile, schedule.m_tile), stream, A.indptr, A.indices, A.data, order, B, C)
+
+
+@dataclass(frozen=True, order=True)
+class SddmmSchedule:
+    """How the tiled SDDMM kernel covers ``out[p] = a_p <X[i], Y[j]>``.
+
+    m_tile: rows per block, one warp each; group: lanes per dot product (G-Sparse's adaptive
+    warp shuffle: 32 / group entries of the row at once, reduced by shuffles inside the group);
+    k_tile: columns of X[i] staged in shared memory per round (the row is reused by all its
+    entries).
+    """
+    m_tile: int
+    group: int
+    k_tile: int
+
+    @property
+    def threads(self):
+        return self.m_tile * 32
+
+    def shared_bytes(self, value_itemsize, index_itemsize=4):
+        return self.m_tile * self.k_tile * value_itemsize
+
+    def valid(self, value_itemsize=4, index_itemsize=4):
+        return self.threads <= THREADS_MAX and self.shared_bytes(value_itemsize) <= SHARED_BYTES_MAX
+
+
+def sddmm_schedule_space(value_itemsize=4, index_itemsize=4):
+    grid = [SddmmSchedule(m, g, k) for m in (1, 2, 4, 8, 16) for g in (4, 8, 16, 32) for k in (32, 64, 128, 256)]
+    return [s for s in grid if s.valid(value_itemsize, index_itemsize)]
+
+
+@functools.lru_cache(maxsize=None)
+def sddmm_tiled_kernel(schedule, value_dtype):
+    """Compile-once factory of the tiled SDDMM kernel for one schedule.
+
+    Thread mapping: warp w of a block owns row ``blockIdx.x * m_tile + w``; per round it stages
+    k_tile columns of X[i] in shared memory, then its 32 / group lane groups take the row's
+    entries in turn, lanes of a group striding over k, a shuffle reduction inside the group; the
+    group's first lane adds the partial dot product into ``out[p]`` (scaled by a_p last round).
+    """
+    from .intrinsics import shfl_down, syncwarp
+
+    m_tile, group, k_tile = schedule.m_tile, schedule.group, schedule.k_tile
+    value_type = numba.from_dtype(np.dtype(value_dtype))
+    zero = np.dtype(value_dtype).type(0)
+    groups = 32 // group
+    tile_size = m_tile * k_tile
+
+    @cuda.jit
+    def sddmm_tiled(indptr, indices, data, X, Y, out):
+        lane = cuda.threadIdx.x % 32
+        w = cuda.threadIdx.x // 32
+        row = cuda.blockIdx.x * m_tile + w
+        x_tile = cuda.shared.array(tile_size, value_type)
+        if row >= X.shape[0]:
+            return
+        lo, hi = indptr[row], indptr[row + 1]
+        k_dim = X.shape[1]
+        grp = lane // group
+        sub = lane % group
+        for k0 in range(0, max(k_dim, 1), k_tile):
+            width = min(k_tile, k_dim - k0)
+            for k in range(lane, width, 32):
+                x_tile[w * k_tile + k] = X[row, k0 + k]
+            syncwarp()
+            last = k0 + k_tile >= k_dim
+            for base in range(lo, hi, groups):
+                p = base + grp
+                partial = zero
+                if p < hi:
+                    j = indices[p]
+                    for k in range(sub, width, group):
+                        partial += x_tile[w * k_tile + k] * Y[j, k0 + k]
+                offset = group // 2
+                while offset > 0:
+                    partial += shfl_down(partial, offset)
+                    offset //= 2
+                if sub == 0 and p < hi:
+                    total = partial + out[p] if k0 > 0 else partial
+                    out[p] = total * data[p] if last else total
+            syncwarp()
+
+    return sddmm_tiled
+
+
+def sddmm_tiled(A, X, Y, out, schedule, *, stream=0):
+    """Launch the tiled SDDMM: ``out[p] = a_p <X[i], Y[j]>`` for each stored entry p."""
+    m = A.shape[0]
+    if m == 0 or A.nnz == 0:
+        return
+    kernel = sddmm_tiled_kernel(schedule, out.dtype.str)
+    launch.run(kernel, launch.cdiv(m, schedule.m_tile), schedule.threads, stream,
+               A.indptr, A.indices, A.data, X, Y, out)

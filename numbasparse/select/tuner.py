@@ -1,4 +1,4 @@
-"""Schedule search for G-Sparse's tiled SpMM (paper 002, section III-D): enumerate the valid
+"""Schedule search for G-Sparse's tiled SpMM and SDDMM (paper 002, section III-D): enumerate the valid
 schedules, rank them with a cost model built from the graph's row lengths and the GPU's
 properties, time the best-ranked ones on the GPU, and keep the winner on disk.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cuda.tiled import Schedule, schedule_space
+from ..cuda.tiled import Schedule, SddmmSchedule, schedule_space, sddmm_schedule_space
 
 WARP = 32
 
@@ -67,10 +67,31 @@ def predicted_cost(schedule, row_lengths, n_cols, device, value_itemsize=4, inde
     return max(work / (device.sms * 4 * hiding), slowest)
 
 
-def rank(row_lengths, n_cols, device, value_itemsize=4, index_itemsize=4):
-    """Valid schedules, cheapest predicted first."""
-    space = schedule_space(value_itemsize, index_itemsize)
-    costs = [predicted_cost(s, row_lengths, n_cols, device, value_itemsize, index_itemsize) for s in space]
+def predicted_sddmm_cost(schedule, row_lengths, n_cols, device, value_itemsize=4, index_itemsize=4):
+    """Predicted time of an SDDMM schedule in warp-instruction slots.
+
+    Per row (one warp) and per k_tile round: stage the slice of X[i], then the row's entries in
+    batches of 32 / group, each batch ceil(width / group) multiply-adds with their Y loads per
+    lane plus log2(group) shuffles.  Work over 4 schedulers per SM, slowed below 16 resident warps
+    per SM; never less than the slowest row.
+    """
+    lengths = np.asarray(row_lengths, dtype=np.int64)
+    rounds = max(1, -(-n_cols // schedule.k_tile))
+    width = min(schedule.k_tile, max(n_cols, 1))
+    batches = -(-lengths // (32 // schedule.group))
+    per_batch = -(-width // schedule.group) * 2 + np.log2(schedule.group) + 8
+    row_cost = rounds * (batches * per_batch + -(-width // 32) + 8)
+    blocks_per_sm = min(device.blocks_per_sm, device.threads_per_sm // schedule.threads,
+                        device.shared_per_sm // max(1, schedule.shared_bytes(value_itemsize)))
+    hiding = min(1.0, blocks_per_sm * schedule.m_tile / 16)
+    return max(float(row_cost.sum()) / (device.sms * 4 * hiding), float(row_cost.max(initial=0)))
+
+
+def rank(row_lengths, n_cols, device, value_itemsize=4, index_itemsize=4, op="spmm"):
+    """Valid schedules of ``op`` ("spmm" or "sddmm"), cheapest predicted first."""
+    space = (schedule_space if op == "spmm" else sddmm_schedule_space)(value_itemsize, index_itemsize)
+    model = predicted_cost if op == "spmm" else predicted_sddmm_cost
+    costs = [model(s, row_lengths, n_cols, device, value_itemsize, index_itemsize) for s in space]
     return [space[i] for i in np.argsort(costs, kind="stable")]
 
 
@@ -89,8 +110,8 @@ def cache_path():
     return base / "numbasparse" / "tuned.json"
 
 
-def cache_key(device_name, signature, n_cols, dtype):
-    return f"{device_name}|{signature}|{n_cols}|{np.dtype(dtype).name}"
+def cache_key(device_name, signature, n_cols, dtype, op="spmm"):
+    return f"{op}|{device_name}|{signature}|{n_cols}|{np.dtype(dtype).name}"
 
 
 def load_cached(key):
@@ -99,7 +120,9 @@ def load_cached(key):
         entry = json.loads(path.read_text()).get(key)
     except (OSError, ValueError):
         return None
-    return Schedule(**entry["schedule"]) if entry else None
+    if not entry:
+        return None
+    return (Schedule if key.startswith("spmm|") else SddmmSchedule)(**entry["schedule"])
 
 
 def store(key, schedule, record):
@@ -115,10 +138,10 @@ def store(key, schedule, record):
     tmp.replace(path)
 
 
-def tune(row_lengths, n_cols, time_schedule, device, *, top_k=8, value_itemsize=4, index_itemsize=4):
+def tune(row_lengths, n_cols, time_schedule, device, *, top_k=8, value_itemsize=4, index_itemsize=4, op="spmm"):
     """Time the ``top_k`` best-ranked schedules (all of them when ``top_k`` is None) with
     ``time_schedule(schedule) -> ms``; returns (best schedule, record of what was timed)."""
-    ranked = rank(row_lengths, n_cols, device, value_itemsize, index_itemsize)
+    ranked = rank(row_lengths, n_cols, device, value_itemsize, index_itemsize, op)
     candidates = ranked if top_k is None else ranked[:top_k]
     timed = [(time_schedule(s), s) for s in candidates]
     best_ms, best = min(timed, key=lambda t: t[0])

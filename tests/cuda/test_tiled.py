@@ -39,3 +39,20 @@ def test_schedule_space_respects_hardware_limits():
     space = tiled.schedule_space(8, 8)
     assert space and all(32 <= s.threads <= 1024 and s.shared_bytes(8, 8) <= 48 * 1024 for s in space)
     assert len(tiled.schedule_space(4, 4)) >= len(space)
+
+
+@pytest.mark.parametrize("schedule", [tiled.SddmmSchedule(2, 8, 4), tiled.SddmmSchedule(1, 32, 64),
+                                      tiled.SddmmSchedule(3, 4, 8)])
+@pytest.mark.parametrize("k, dtype", [(13, np.float32), (1, np.float64), (0, np.float32)])
+def test_tiled_sddmm_matches_reference(schedule, k, dtype):
+    from numbasparse.reference import sddmm_reference
+
+    rng = np.random.default_rng()
+    A = sp.random(7, 9, density=0.4, format="csr", random_state=rng)
+    A = sp.csr_matrix(A.toarray() * (rng.random(7) > 0.2)[:, None])
+    X = rng.standard_normal((7, k)).astype(dtype)
+    Y = rng.standard_normal((9, k)).astype(dtype)
+    dev = CSR.from_scipy(A, dtype=dtype)
+    out = cuda.to_device(np.full(dev.nnz, np.nan, dtype))
+    tiled.sddmm_tiled(dev, cuda.to_device(X), cuda.to_device(Y), out, schedule)
+    assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), dtype)

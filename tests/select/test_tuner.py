@@ -52,3 +52,16 @@ def test_graph_signature_follows_structure_not_values():
     B.data *= 5
     C = sp.csr_matrix(np.array([[1.0, 1], [2, 3]]))
     assert tuner.graph_signature(A) == tuner.graph_signature(B) != tuner.graph_signature(C)
+
+
+def test_sddmm_schedules_rank_and_cache(tmp_path, monkeypatch):
+    from numbasparse.cuda.tiled import SddmmSchedule
+
+    ranked = tuner.rank(np.full(100, 12), 8, H100, op="sddmm")
+    assert ranked and all(isinstance(s, SddmmSchedule) and s.valid() for s in ranked)
+    # K = 8: lanes past K would idle, so small groups rank above a full warp per entry
+    assert ranked[0].group < 32
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path / "t.json"))
+    key = tuner.cache_key("H100", "abc", 8, np.float32, op="sddmm")
+    tuner.store(key, ranked[0], {})
+    assert tuner.load_cached(key) == ranked[0]
