@@ -1,12 +1,13 @@
 """How close the G-Sparse cost model's pick is to an exhaustive search (on a GPU).
 
-    python tools/tune_report.py --graphs default,rmat:16,rmat:18 --n 32,128 --out tune.json
+    python tools/tune_report.py --graphs default,rmat:16,rmat:18 --n 32,128 --out tune.json [--op sddmm]
 
 For each (graph, N): every valid schedule is timed (CUDA events, median of 5 after a warm-up);
 reported are the exhaustive best, the cost model's first choice and the best of its top 8
 (what ``algorithm="tuned"`` times), each in ms and relative to the exhaustive best, the rank of
 the exhaustive best in the model's order, the search times, and HP-SpMM and cuSPARSE (torch) on
-the same operands for comparison.
+the same operands for comparison (cuSPARSE sampled_addmm for SDDMM; values of 1 as in the
+benchmark graphs).
 """
 import argparse
 import json
@@ -29,6 +30,7 @@ def main():
     p.add_argument("--graphs", default="default,rmat:16")
     p.add_argument("--data")
     p.add_argument("--n", default="32,128")
+    p.add_argument("--op", choices=("spmm", "sddmm"), default="spmm")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     from numba import cuda
@@ -42,18 +44,23 @@ def main():
         dev = ns.CSR.from_scipy(A, dtype=np.float32)
         lengths = np.diff(dev.to_scipy().indptr)
         for n in (int(x) for x in args.n.split(",")):
-            timer = dispatch._timer(dev, n, np.float32)
+            timer = dispatch._timer(dev, n, np.float32, args.op)
             start = time.perf_counter()
-            ranked = tuner.rank(lengths, n, device)
+            ranked = tuner.rank(lengths, n, device, op=args.op)
             model_s = time.perf_counter() - start
             start = time.perf_counter()
             ms = [timer(s) for s in ranked]
             exhaustive_s = time.perf_counter() - start
             best = int(np.argmin(ms))
             top8 = int(np.argmin(ms[:8]))
-            B = cuda.to_device(np.random.default_rng(0).standard_normal((A.shape[1], n)).astype(np.float32))
-            hp_ms = time_cuda(lambda: ns.spmm(dev, B, algorithm="hp"), repeat=20)[0]
-            row = dict(graph=name, nnz=int(A.nnz), n=n, space=len(ranked), exhaustive_ms=ms[best],
+            rng = np.random.default_rng(0)
+            B = cuda.to_device(rng.standard_normal((A.shape[1], n)).astype(np.float32))
+            X = cuda.to_device(rng.standard_normal((A.shape[0], n)).astype(np.float32))
+            if args.op == "spmm":
+                hp_ms = time_cuda(lambda: ns.spmm(dev, B, algorithm="hp"), repeat=20)[0]
+            else:
+                hp_ms = time_cuda(lambda: ns.sddmm(dev, X, B, algorithm="hp"), repeat=20)[0]
+            row = dict(op=args.op, graph=name, nnz=int(A.nnz), n=n, space=len(ranked), exhaustive_ms=ms[best],
                        exhaustive=asdict(ranked[best]), model_first_ms=ms[0], model_first=asdict(ranked[0]),
                        top8_ms=ms[top8], best_rank_in_model_order=best, model_s=model_s,
                        exhaustive_s=exhaustive_s, hp_ms=hp_ms)
@@ -64,7 +71,12 @@ def main():
                                               (A.indptr.astype(np.int32), A.indices.astype(np.int32),
                                                A.data.astype(np.float32))), size=A.shape)
                 Bt = torch.as_tensor(B.copy_to_host(), device="cuda")
-                row["torch_ms"] = time_cuda(lambda: torch.sparse.mm(S, Bt), repeat=20)[0]
+                if args.op == "spmm":
+                    row["torch_ms"] = time_cuda(lambda: torch.sparse.mm(S, Bt), repeat=20)[0]
+                else:
+                    Xt = torch.as_tensor(X.copy_to_host(), device="cuda")
+                    row["torch_ms"] = time_cuda(lambda: torch.sparse.sampled_addmm(S, Xt, Bt.T, beta=0.0),
+                                                repeat=20)[0]
             except ImportError:
                 pass
             results.append(row)
