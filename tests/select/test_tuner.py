@@ -65,3 +65,27 @@ def test_sddmm_schedules_rank_and_cache(tmp_path, monkeypatch):
     key = tuner.cache_key("H100", "abc", 8, np.float32, op="sddmm")
     tuner.store(key, ranked[0], {})
     assert tuner.load_cached(key) == ranked[0]
+
+
+def test_dispatch_tunes_once_then_uses_memory_and_disk(tmp_path, monkeypatch):
+    """The GPU path of algorithm="tuned", with the timing faked: tune on the first call,
+    remember the schedule on the CSR, and find it on disk for a new CSR of the same graph."""
+    from numbasparse import CSR, dispatch
+
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path / "t.json"))
+    monkeypatch.setattr(dispatch, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(tuner.Device, "current", classmethod(lambda cls: H100))
+    calls = []
+
+    def fake_timer(A, n_cols, dtype, op="spmm"):
+        return lambda schedule: calls.append(schedule) or float(len(calls) % 3)
+
+    monkeypatch.setattr(dispatch, "_timer", fake_timer)
+    A = sp.random(40, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
+    first = dispatch.tuned_schedule(CSR.from_scipy(A), 16, np.float32)
+    assert len(calls) == 8 and first == calls[2]  # the third timed schedule "took" 0 ms
+    dev = CSR.from_scipy(A)
+    assert dispatch.tuned_schedule(dev, 16, np.float32) == first and len(calls) == 8  # from disk
+    assert dispatch.tuned_schedule(dev, 16, np.float32) == first  # from the CSR's memory
+    sddmm = dispatch.tuned_schedule(dev, 16, np.float32, "sddmm")
+    assert len(calls) == 16 and sddmm == calls[8]  # its first 0 ms: call 9
