@@ -91,7 +91,9 @@ def tuned_schedule(A, n_cols, dtype, op="spmm", *, top_k=8):
         schedule = tuner.rank(lengths, n_cols, tuner.Device("simulator", 1), op=op, **itemsizes)[0]
     else:
         device = tuner.Device.current()
-        disk_key = tuner.cache_key(device.name, tuner.graph_signature(A._host), n_cols, dtype, op)
+        if "signature" not in A._derived:  # hashing a large graph takes a while: once per CSR
+            A._derived["signature"] = tuner.graph_signature(A._host)
+        disk_key = tuner.cache_key(device.name, A._derived["signature"], n_cols, dtype, op)
         schedule = tuner.load_cached(disk_key)
         if schedule is None:
             import time

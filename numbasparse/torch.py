@@ -41,6 +41,7 @@ class Graph:
             (np.ones(host.nnz), transposed.indices, transposed.indptr), shape=transposed.shape)}
         self._to_transposed = torch.as_tensor(transposed.data - 1, device=self.device)
         self._rows = torch.as_tensor(np.repeat(np.arange(host.shape[0]), np.diff(host.indptr)), device=self.device)
+        self._degrees = torch.as_tensor(np.diff(host.indptr), device=self.device)
         self.values = torch.as_tensor(host.data, dtype=dtype, device=self.device)
         self._device_csr = {}
 
@@ -64,7 +65,7 @@ class Graph:
         return out.index_add_(0, self._rows, edge_values)
 
     def degrees(self, dtype):
-        return torch.bincount(self._rows, minlength=self.shape[0]).to(dtype)
+        return self._degrees.to(dtype)
 
 
 def _numpy_dtype(dtype):

@@ -6,22 +6,28 @@ from numba import njit, prange
 
 @njit(parallel=True, cache=True)
 def _fused_rows(indptr, indices, data, X, Y, Z, out, softmax):
+    scores = np.empty(indices.shape[0], np.float64)  # one scratch for all rows: no allocation per row
     for i in prange(out.shape[0]):
         lo, hi = indptr[i], indptr[i + 1]
-        scores = np.empty(hi - lo, np.float64)
+        largest = -np.inf
         for p in range(lo, hi):
             s = 0.0
             for k in range(X.shape[1]):
                 s += X[i, k] * Y[indices[p], k]
-            scores[p - lo] = data[p] * s
+            scores[p] = data[p] * s
+            largest = max(largest, scores[p])
         if softmax and hi > lo:
-            scores = np.exp(scores - scores.max())
-            scores /= scores.sum()
+            total = 0.0
+            for p in range(lo, hi):
+                scores[p] = np.exp(scores[p] - largest)
+                total += scores[p]
+            for p in range(lo, hi):
+                scores[p] /= total
         for c in range(out.shape[1]):
             out[i, c] = 0
         for p in range(lo, hi):
             for c in range(out.shape[1]):
-                out[i, c] += scores[p - lo] * Z[indices[p], c]
+                out[i, c] += scores[p] * Z[indices[p], c]
 
 
 def sddmm_spmm_rows(A, X, Y, Z):

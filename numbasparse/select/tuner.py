@@ -40,7 +40,16 @@ class Device:
         return cls(name, int(dev.MULTIPROCESSOR_COUNT), int(dev.MAX_THREADS_PER_MULTI_PROCESSOR))
 
 
-def predicted_cost(schedule, row_lengths, n_cols, device, value_itemsize=4, index_itemsize=4):
+def block_maxima(row_lengths, m_tile, balance):
+    """Longest row of each block of ``m_tile`` rows (rows longest first when ``balance``)."""
+    lengths = np.asarray(row_lengths, dtype=np.int64)
+    if balance:
+        lengths = np.sort(lengths)[::-1]
+    pad = (-len(lengths)) % m_tile
+    return np.concatenate([lengths, np.zeros(pad, np.int64)]).reshape(-1, m_tile).max(axis=1)
+
+
+def predicted_cost(schedule, row_lengths, n_cols, device, value_itemsize=4, index_itemsize=4, per_block=None):
     """Predicted time of ``schedule`` in warp-instruction slots (only the ranking matters).
 
     A round (one nnz_tile chunk of every row of a block) costs each warp nnz_tile x reg_tile
@@ -49,12 +58,10 @@ def predicted_cost(schedule, row_lengths, n_cols, device, value_itemsize=4, inde
     The work, in warp instructions, is spread over the SMs' 4 schedulers each, slowed when too
     few warps are resident to hide memory latency (fewer than 16 per SM: limited by threads,
     blocks and shared memory per SM); the time is never less than the slowest block.
+    ``per_block``: :func:`block_maxima` for this schedule's (m_tile, balance), if already known.
     """
-    lengths = np.asarray(row_lengths, dtype=np.int64)
-    if schedule.balance:
-        lengths = np.sort(lengths)[::-1]
-    pad = (-len(lengths)) % schedule.m_tile
-    per_block = np.concatenate([lengths, np.zeros(pad, np.int64)]).reshape(-1, schedule.m_tile).max(axis=1)
+    if per_block is None:
+        per_block = block_maxima(row_lengths, schedule.m_tile, schedule.balance)
     rounds = -(-per_block // schedule.nnz_tile)
     round_cost = schedule.nnz_tile * schedule.reg_tile + schedule.nnz_tile / schedule.n_tile + 40
     col_blocks = -(-n_cols // schedule.cols_per_block)
@@ -89,9 +96,16 @@ def predicted_sddmm_cost(schedule, row_lengths, n_cols, device, value_itemsize=4
 
 def rank(row_lengths, n_cols, device, value_itemsize=4, index_itemsize=4, op="spmm"):
     """Valid schedules of ``op`` ("spmm" or "sddmm"), cheapest predicted first."""
-    space = (schedule_space if op == "spmm" else sddmm_schedule_space)(value_itemsize, index_itemsize)
-    model = predicted_cost if op == "spmm" else predicted_sddmm_cost
-    costs = [model(s, row_lengths, n_cols, device, value_itemsize, index_itemsize) for s in space]
+    if op == "spmm":
+        space = schedule_space(value_itemsize, index_itemsize)
+        sorted_lengths = np.sort(np.asarray(row_lengths, dtype=np.int64))[::-1]  # sorted once, not per schedule
+        maxima = {(m, b): block_maxima(sorted_lengths if b else row_lengths, m, False)
+                  for m, b in {(s.m_tile, s.balance) for s in space}}
+        costs = [predicted_cost(s, row_lengths, n_cols, device, value_itemsize, index_itemsize,
+                                per_block=maxima[(s.m_tile, s.balance)]) for s in space]
+    else:
+        space = sddmm_schedule_space(value_itemsize, index_itemsize)
+        costs = [predicted_sddmm_cost(s, row_lengths, n_cols, device, value_itemsize, index_itemsize) for s in space]
     return [space[i] for i in np.argsort(costs, kind="stable")]
 
 
