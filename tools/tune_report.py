@@ -63,7 +63,8 @@ def main():
             row = dict(op=args.op, graph=name, nnz=int(A.nnz), n=n, space=len(ranked), exhaustive_ms=ms[best],
                        exhaustive=asdict(ranked[best]), model_first_ms=ms[0], model_first=asdict(ranked[0]),
                        top8_ms=ms[top8], best_rank_in_model_order=best, model_s=model_s,
-                       exhaustive_s=exhaustive_s, hp_ms=hp_ms)
+                       exhaustive_s=exhaustive_s, hp_ms=hp_ms,
+                       all=[dict(asdict(s), ms=t) for s, t in zip(ranked, ms)])  # to recalibrate the model
             try:
                 import torch
 

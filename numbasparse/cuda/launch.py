@@ -64,10 +64,13 @@ def device_limits():
 
 @functools.lru_cache(maxsize=None)
 def _device_limits(device_id):
+    from numba.cuda import config
+
     device = cuda.get_current_device()
-    return (int(getattr(device, "MULTIPROCESSOR_COUNT", 1)),
-            int(getattr(device, "MAX_THREADS_PER_MULTI_PROCESSOR", 2048)),
-            int(getattr(device, "MAX_REGISTERS_PER_MULTIPROCESSOR", 65536)))
+    if config.ENABLE_CUDASIM:  # the simulator's device has no attributes: H100-like numbers
+        return 1, 2048, 65536
+    return (int(device.MULTIPROCESSOR_COUNT), int(device.MAX_THREADS_PER_MULTIPROCESSOR),
+            int(device.MAX_REGISTERS_PER_MULTIPROCESSOR))
 
 
 def blocks_per_sm(threads_per_block, registers_per_thread):

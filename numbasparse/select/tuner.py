@@ -35,9 +35,12 @@ class Device:
     def current(cls):
         from numba import cuda
 
+        from ..cuda import launch
+
         dev = cuda.get_current_device()
         name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        return cls(name, int(dev.MULTIPROCESSOR_COUNT), int(dev.MAX_THREADS_PER_MULTI_PROCESSOR))
+        sms, threads_per_sm, _ = launch.device_limits()
+        return cls(name, sms, threads_per_sm)
 
 
 def block_maxima(row_lengths, m_tile, balance):
@@ -52,25 +55,28 @@ def block_maxima(row_lengths, m_tile, balance):
 def predicted_cost(schedule, row_lengths, n_cols, device, value_itemsize=4, index_itemsize=4, per_block=None):
     """Predicted time of ``schedule`` in warp-instruction slots (only the ranking matters).
 
-    A round (one nnz_tile chunk of every row of a block) costs each warp nnz_tile x reg_tile
-    multiply-adds with their B loads, the staging loads and two barriers; a block runs as many
-    rounds as its longest row needs (its rows wait at the barriers), in every column block.
-    The work, in warp instructions, is spread over the SMs' 4 schedulers each, slowed when too
-    few warps are resident to hide memory latency (fewer than 16 per SM: limited by threads,
-    blocks and shared memory per SM); the time is never less than the slowest block.
+    A block's rows wait for its longest row at the barriers, so a block costs each of its warps
+    (longest row) x (output registers in use) multiply-adds with their B loads, plus per round
+    (one nnz_tile chunk) the staging loads and two barriers, in every column block; registers
+    past N do no work (the kernel skips them).  The work, in warp instructions, is spread over
+    the SMs' 4 schedulers each, slowed when too few warps are resident to hide memory latency
+    (fewer than 16 per SM: limited by threads, blocks and shared memory per SM); the time is
+    never less than the slowest block.
     ``per_block``: :func:`block_maxima` for this schedule's (m_tile, balance), if already known.
     """
     if per_block is None:
         per_block = block_maxima(row_lengths, schedule.m_tile, schedule.balance)
     rounds = -(-per_block // schedule.nnz_tile)
-    round_cost = schedule.nnz_tile * schedule.reg_tile + schedule.nnz_tile / schedule.n_tile + 40
     col_blocks = -(-n_cols // schedule.cols_per_block)
+    registers_used = min(schedule.reg_tile, -(-n_cols // schedule.n_tile))
+    round_overhead = schedule.nnz_tile / schedule.n_tile + 40
+    block_cost = per_block * registers_used + rounds * round_overhead
     warps = -(-schedule.threads // WARP)
-    work = float(rounds.sum() * round_cost * warps * col_blocks)
+    work = float(block_cost.sum() * warps * col_blocks)
     blocks_per_sm = min(device.blocks_per_sm, device.threads_per_sm // schedule.threads,
                         device.shared_per_sm // max(1, schedule.shared_bytes(value_itemsize, index_itemsize)))
     hiding = min(1.0, blocks_per_sm * warps / 16)
-    slowest = float(rounds.max(initial=0) * round_cost)
+    slowest = float(block_cost.max(initial=0))
     return max(work / (device.sms * 4 * hiding), slowest)
 
 
