@@ -5,6 +5,7 @@ result is allocated by the operand's own framework (CuPy in, CuPy out; PyTorch i
 PyTorch out), which is imported only when such an array is passed.  Kernels are launched
 on the framework's current stream, so they are ordered with the caller's other work.
 """
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,17 +22,40 @@ class DeviceView:
 
     def __init__(self, owner, interface):
         self.owner = owner  # keeps the memory alive
-        self.ptr = interface["data"][0] or 0
-        self.shape = tuple(interface["shape"])
-        self.dtype = np.dtype(interface["typestr"])
-        self.ndim = len(self.shape)
-        self.size = int(np.prod(self.shape))
-        self.nbytes = self.size * self.dtype.itemsize
-        c_strides = tuple(int(np.prod(self.shape[i + 1:])) * self.dtype.itemsize for i in range(self.ndim))
+        shape = tuple(interface["shape"])
+        dtype = np.dtype(interface["typestr"])
         strides = interface.get("strides")
-        self.strides = c_strides if strides is None else tuple(strides)
+        self._set(interface["data"][0] or 0, shape, None if strides is None else tuple(strides), dtype)
+
+    @classmethod
+    def of_torch(cls, tensor):
+        """The view of a CUDA tensor from its attributes (torch builds its
+        ``__cuda_array_interface__`` in Python: several times slower)."""
+        view = object.__new__(cls)
+        view.owner = tensor
+        dtype = _TORCH_DTYPES.get(tensor.dtype)
+        if dtype is None:  # not float32/float64: let the interface name the dtype for the error
+            return cls(tensor, tensor.__cuda_array_interface__)
+        itemsize = dtype.itemsize
+        view._set(tensor.data_ptr(), tuple(tensor.shape), tuple(st * itemsize for st in tensor.stride()), dtype)
+        return view
+
+    def _set(self, ptr, shape, strides, dtype):
+        self.ptr = ptr
+        self.shape = shape
+        self.dtype = dtype
+        self.ndim = len(shape)
+        self.size = math.prod(shape)
+        self.nbytes = self.size * dtype.itemsize
+        c_strides = []
+        step = dtype.itemsize
+        for n in reversed(shape):
+            c_strides.append(step)
+            step *= n
+        c_strides = tuple(reversed(c_strides))
+        self.strides = c_strides if strides is None else strides
         self._contiguous = self.size <= 1 or all(
-            st == cs for st, cs, n in zip(self.strides, c_strides, self.shape) if n > 1)
+            st == cs for st, cs, n in zip(self.strides, c_strides, shape) if n > 1)
 
     def is_c_contiguous(self):
         return self._contiguous
@@ -40,6 +64,17 @@ class DeviceView:
     def __cuda_array_interface__(self):
         return {"shape": self.shape, "strides": self.strides, "typestr": self.dtype.str,
                 "data": (self.ptr, False), "version": 3, "stream": None}
+
+
+_TORCH_DTYPES = {}  # torch dtype -> NumPy dtype, filled when torch is first seen
+
+
+def _torch_dtypes():
+    if not _TORCH_DTYPES:
+        import torch
+
+        _TORCH_DTYPES.update({torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)})
+    return _TORCH_DTYPES
 
 
 @dataclass
@@ -91,9 +126,12 @@ def dense(x, name, ndim):
         if x.requires_grad:
             x = x.detach()
         array = x.numpy()
-    elif framework in ("cupy", "torch", "cai"):
-        if framework == "torch" and x.requires_grad:
+    elif framework == "torch":
+        if x.requires_grad:
             x = x.detach()
+        _torch_dtypes()
+        array = DeviceView.of_torch(x)
+    elif framework in ("cupy", "cai"):
         array = DeviceView(x, x.__cuda_array_interface__)
     else:
         array = x
@@ -118,21 +156,40 @@ def same_place(*operands):
         raise TypeError(f"{names} must all be host (NumPy) arrays or all CUDA arrays")
 
 
+_external_streams = {}
+
+
+def _torch_stream_handle(device):
+    """The raw handle of torch's current stream on ``device`` (the public API builds a
+    Stream object each time; the raw getter, when torch has it, is several times cheaper)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None and device.index is not None:
+        return raw(device.index)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
 def stream_of(op):
     """The Numba stream to launch on so that work is ordered after ``op``'s producer."""
-    from numba import cuda
-
     if op.framework == "torch":
-        import torch
-
-        handle = torch.cuda.current_stream(op.original.device).cuda_stream
+        handle = _torch_stream_handle(op.original.device)
     elif op.framework == "cupy":
         import cupy
 
         handle = cupy.cuda.get_current_stream().ptr
     else:
         return 0  # Numba's default stream
-    return cuda.external_stream(handle) if handle else 0
+    if not handle:
+        return 0
+    stream = _external_streams.get(handle)
+    if stream is None:  # one Numba object per foreign stream (making one costs ~20 us)
+        from numba import cuda
+
+        if len(_external_streams) > 64:
+            _external_streams.clear()
+        stream = _external_streams[handle] = cuda.external_stream(handle)
+    return stream
 
 
 def empty_like_framework(op, shape, dtype):
@@ -144,7 +201,7 @@ def empty_like_framework(op, shape, dtype):
 
         torch_dtype = torch.float32 if np.dtype(dtype) == np.float32 else torch.float64
         result = torch.empty(shape, dtype=torch_dtype, device=op.original.device)
-        return result, DeviceView(result, result.__cuda_array_interface__)
+        return result, DeviceView.of_torch(result)
     if op.framework == "cupy":
         import cupy
 

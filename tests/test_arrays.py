@@ -34,3 +34,20 @@ def test_dense_wraps_foreign_arrays_and_checks_them():
         dense(FakeCudaArray((4,)), "B", 2)
     with pytest.raises(TypeError, match="float32 or float64"):
         dense(FakeCudaArray((4, 2), typestr="<i8"), "B", 2)
+
+
+@pytest.mark.parametrize("make", [lambda t: t, lambda t: t.T, lambda t: t[1:, ::2], lambda t: t[:, 2:3]],
+                         ids=["contiguous", "transposed", "strided", "column"])
+def test_torch_view_from_attributes_matches_the_interface_rule(make):
+    torch = pytest.importorskip("torch")
+    from numbasparse.arrays import _torch_dtypes
+
+    _torch_dtypes()
+    t = make(torch.arange(24, dtype=torch.float64).reshape(4, 6))
+    view = DeviceView.of_torch(t)
+    a = t.numpy()
+    interface = {"shape": a.shape, "typestr": a.dtype.str, "data": (t.data_ptr(), False), "strides": a.strides}
+    expected = DeviceView(t, interface)
+    assert (view.ptr, view.shape, view.strides, view.dtype, view.size) == \
+        (expected.ptr, expected.shape, expected.strides, expected.dtype, expected.size)
+    assert view.is_c_contiguous() == expected.is_c_contiguous() == a.flags.c_contiguous

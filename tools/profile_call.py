@@ -33,10 +33,11 @@ A = graphs.default_graph()
 csr = ns.CSR.from_scipy(A)
 Bt = torch.randn(A.shape[1], 64, device="cuda")
 Ct = torch.empty(A.shape[0], 64, device="cuda")
+Xt = torch.randn(A.shape[0], 64, device="cuda")
 Bn, Cn = cuda.as_cuda_array(Bt), cuda.as_cuda_array(Ct)
 S = torch.sparse_csr_tensor(torch.as_tensor(A.indptr, device="cuda"), torch.as_tensor(A.indices, device="cuda"),
                             torch.as_tensor(A.data, device="cuda"), size=A.shape)
-kernel = hp.spmm_hp_kernel(reductions.SUM, 2, 1, "<f4", "<i4")
+kernel = hp.spmm_hp_kernel(reductions.SUM, 32, 2, 1, "<f4", "<i4")
 fill = hp.fill_rows_kernel("<f4")
 rows = {
     "torch.sparse.mm": lambda: torch.sparse.mm(S, Bt),
@@ -46,19 +47,42 @@ rows = {
     "ns.spmm numba arrays + out": lambda: ns.spmm(csr, Bn, out=Cn, algorithm="hp"),
     "ns.spmm torch + out": lambda: ns.spmm(csr, Bt, out=Ct, algorithm="hp"),
     "ns.spmm torch": lambda: ns.spmm(csr, Bt, algorithm="hp"),
+    "ns.sddmm torch": lambda: ns.sddmm(csr, Xt, Xt),
+    "torch.sparse.sampled_addmm": lambda: torch.sparse.sampled_addmm(S, Xt, Xt.T, beta=0.0),
     "cuda.as_cuda_array(torch)": lambda: cuda.as_cuda_array(Bt, sync=False),
     "torch __cuda_array_interface__": lambda: Bt.__cuda_array_interface__,
     "cuda.get_current_device()": lambda: cuda.get_current_device(),
     "external_stream": lambda: cuda.external_stream(torch.cuda.current_stream().cuda_stream),
 }
+def per_call_synced_us(fn, n=200):
+    """Host time of one call started on an idle GPU (as the benchmark's per-call events see it)."""
+    for _ in range(20):
+        fn()
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)) * 1e6
+
+
 for name, fn in rows.items():
-    print(f"{name:<36} {per_call_us(fn):8.1f} us")
+    print(f"{name:<36} {per_call_us(fn):8.1f} us back to back, {per_call_synced_us(fn):8.1f} us after a sync")
 prof = cProfile.Profile()
-prof.enable()
 for _ in range(300):
+    torch.cuda.synchronize()
+    prof.enable()
     ns.spmm(csr, Bt, algorithm="hp")
-prof.disable()
+    prof.disable()
 pstats.Stats(prof).sort_stats("tottime").print_stats(30)
 from numbasparse.cuda import launch as _launch  # noqa: E402
 
-print("fast-launch entries:", len(_launch._fast_launch))
+print("fast-launch entries:", len(_launch._fast_launch), [k.py_func.__name__ for k in _launch._fast_launch])
+prof = cProfile.Profile()
+for _ in range(300):
+    torch.cuda.synchronize()
+    prof.enable()
+    ns.sddmm(csr, Xt, Xt)
+    prof.disable()
+pstats.Stats(prof).sort_stats("cumtime").print_stats(25)

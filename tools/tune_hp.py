@@ -1,6 +1,7 @@
-"""Time HP-SpMM/SDDMM for each nonzeros-per-warp candidate beside torch (GPU only):
+"""Time HP-SpMM/SDDMM for each nonzeros-per-group candidate and lane-group size beside torch
+(GPU only):
     python tools/tune_hp.py rmat:18 rmat:20 ...
-Used to set DTP's candidates and wave factor in numbasparse/cuda/launch.py."""
+Used to set DTP's candidates and wave factor and the lane-group rule in numbasparse/cuda/launch.py."""
 import sys
 from pathlib import Path
 
@@ -25,14 +26,17 @@ for spec in sys.argv[1:]:
         B, C = cuda.as_cuda_array(Bt), cuda.device_array((A.shape[0], n), np.float32)
         ref = torch.sparse.mm(S, Bt)
         t_torch, _ = time_cuda(lambda: torch.sparse.mm(S, Bt))
-        vec, cf = launch.hp_columns_per_lane(n, 4, B)
-        dtp = launch.hp_nnz_per_warp(A.nnz, launch.cdiv(n, 32 * vec * cf))
-        line = f"{spec:<10} nnz={A.nnz:<9} N={n:<4} torch {t_torch:7.3f} ms | DTP={dtp:<4}"
-        for npw in (32, 64, 128, 256, 512, 1024):
-            hp.spmm_hp(csr, B, C, "sum", nnz_per_warp=npw)
-            err = float((torch.as_tensor(C.copy_to_host(), device="cuda") - ref).norm() / ref.norm())
-            t, _ = time_cuda(lambda: hp.spmm_hp(csr, B, C, "sum", nnz_per_warp=npw))
-            line += f" {npw}:{t:6.3f}{'' if err < 1e-4 else '!ERR'}"
+        layout = launch.hp_lane_layout(n, 4, B)
+        line = f"{spec:<10} nnz={A.nnz:<9} N={n:<4} torch {t_torch:7.3f} ms | default lanes,vec,cf={layout}"
+        for lanes in sorted({32, 16, 8, layout[0]}):
+            _, vec, cf = launch.hp_lane_layout(n, 4, B, lanes)
+            dtp = launch.hp_nnz_per_warp(A.nnz, launch.cdiv(n, lanes * vec * cf), groups_per_warp=32 // lanes)
+            line += f"\n    lanes={lanes:<2} vec={vec} cf={cf} DTP={dtp:<4}"
+            for npw in (64, 128, 256, 512, 1024):
+                hp.spmm_hp(csr, B, C, "sum", nnz_per_group=npw, lanes=lanes)
+                err = float((torch.as_tensor(C.copy_to_host(), device="cuda") - ref).norm() / ref.norm())
+                t, _ = time_cuda(lambda: hp.spmm_hp(csr, B, C, "sum", nnz_per_group=npw, lanes=lanes))
+                line += f" {npw}:{t:6.3f}{'' if err < 1e-4 else '!ERR'}"
         print(line, flush=True)
     X = torch.randn(A.shape[0], 64, device="cuda")
     Xn, out = cuda.as_cuda_array(X), cuda.device_array(A.nnz, np.float32)

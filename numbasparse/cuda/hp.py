@@ -1,7 +1,7 @@
 """HP-SpMM and HP-SDDMM (paper 000): hybrid node/edge parallelism over CSR.
 
-Every warp gets the same number of nonzeros (``nnz_per_warp``, chosen by Dynamic Task
-Partition in :func:`numbasparse.cuda.launch.hp_nnz_per_warp`), whatever rows they fall in,
+Every warp (for SpMM: every lane group of a warp) gets the same number of nonzeros, chosen by
+Dynamic Task Partition in :func:`numbasparse.cuda.launch.hp_nnz_per_warp`, whatever rows they fall in,
 so a heavy row is spread over many warps and light rows are packed into one: edge-parallel
 balance with node-parallel accumulation.  Unlike the paper's hybrid CSR/COO format, no COO
 row array is stored: a warp finds its first row by binary search in ``indptr`` and then
@@ -14,7 +14,7 @@ import numpy as np
 from numba import cuda
 
 from . import launch, reductions
-from .intrinsics import shfl_down, syncwarp, vector_load
+from .intrinsics import shfl_down, syncwarp_lanes, vector_load
 
 WARP = launch.WARP_SIZE
 
@@ -49,27 +49,32 @@ def fill_rows_kernel(value_dtype):
 
 
 @functools.lru_cache(maxsize=None)
-def spmm_hp_kernel(reduce_code, vec, cf, value_dtype, index_dtype):
+def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
     """Compile-once factory of the HP-SpMM kernel.
 
-    Thread mapping: warp w owns nonzeros [w * nnz_per_warp, (w + 1) * nnz_per_warp) and the
-    column tile blockIdx.y of ``32 * vec * cf`` columns; lane l owns ``cf`` groups of ``vec``
-    consecutive columns, ``tile + c*32*vec + l*vec`` for c < cf, each read from B with one
-    ``vec``-wide load (hierarchical vectorized memory access, paper 000 section III-B2).  The warp caches 32 (column, value) pairs at a time in
-    shared memory (coalesced), accumulates per row in registers and, at each row switch,
-    stores the row (if the warp owned all of it) or combines it atomically into C (if the
-    row is split across warps; C was pre-filled with the reduction's identity).
+    Thread mapping: a warp is ``32 // lanes`` groups of ``lanes`` lanes; group g owns
+    nonzeros [g * nnz_per_group, (g + 1) * nnz_per_group) and the column tile blockIdx.y of
+    ``lanes * vec * cf`` columns; lane l of the group owns ``cf`` groups of ``vec``
+    consecutive columns, ``tile + c*lanes*vec + l*vec`` for c < cf, each read from B with one
+    ``vec``-wide load (hierarchical vectorized memory access, paper 000 section III-B2; with
+    lanes < 32 one warp instruction serves 32 // lanes nonzeros, as narrow rows of B need).
+    The group caches ``lanes`` (column, value) pairs at a time in shared memory (coalesced),
+    accumulates per row in registers and, at each row switch, stores the row (if the group
+    owned all of it) or combines it atomically into C (if the row is split across groups; C
+    was pre-filled with the reduction's identity).
     """
     warps = launch.HP_WARPS_PER_BLOCK
+    groups = WARP // lanes
     cache_size = warps * WARP
     value_type = numba.from_dtype(np.dtype(value_dtype))
     index_type = numba.from_dtype(np.dtype(index_dtype))
     init = np.dtype(value_dtype).type(reductions.initial(reduce_code))
     load = vector_load(vec)
     combine = reductions.combine
-    tile = WARP * vec * cf
-    span = WARP * vec  # columns covered by one vector load of the whole warp
+    tile = lanes * vec * cf
+    span = lanes * vec  # columns covered by one vector load of the whole group
     width = vec * cf
+    group_mask = (1 << lanes) - 1 if lanes < WARP else 0xFFFFFFFF
     MEAN, MAX, MIN = reductions.MEAN, reductions.MAX, reductions.MIN
 
     @cuda.jit(device=True, inline="always")
@@ -91,18 +96,20 @@ def spmm_hp_kernel(reduce_code, vec, cf, value_dtype, index_dtype):
                         cuda.atomic.add(C, (row, col), x)
 
     @cuda.jit
-    def spmm_hp(indptr, indices, data, B, C, nnz_per_warp):
+    def spmm_hp(indptr, indices, data, B, C, nnz_per_group):
         lane = cuda.threadIdx.x % WARP
-        warp_in_block = cuda.threadIdx.x // WARP
+        g = lane // lanes
+        glane = lane % lanes
+        mask = numba.uint32(group_mask << (g * lanes))
         cached_col = cuda.shared.array(cache_size, index_type)
         cached_val = cuda.shared.array(cache_size, value_type)
         acc = cuda.local.array(width, value_type)
         nnz = indices.shape[0]
-        seg_start = (cuda.blockIdx.x * warps + warp_in_block) * nnz_per_warp
+        seg_start = ((cuda.blockIdx.x * warps + cuda.threadIdx.x // WARP) * groups + g) * nnz_per_group
         if seg_start >= nnz:
-            return  # the whole warp leaves together
-        seg_end = min(seg_start + nnz_per_warp, nnz)
-        j = cuda.blockIdx.y * tile + lane * vec
+            return  # the whole group leaves together
+        seg_end = min(seg_start + nnz_per_group, nnz)
+        j = cuda.blockIdx.y * tile + glane * vec
         n = C.shape[1]
         active = j < n  # vec divides n, so a started vector is complete
         row = first_row(indptr, C.shape[0], seg_start)
@@ -110,13 +117,13 @@ def spmm_hp_kernel(reduce_code, vec, cf, value_dtype, index_dtype):
         row_end = indptr[row + 1]
         for v in range(width):
             acc[v] = init
-        base = warp_in_block * WARP
-        for chunk in range(seg_start, seg_end, WARP):
-            if chunk + lane < seg_end:
-                cached_col[base + lane] = indices[chunk + lane]
-                cached_val[base + lane] = data[chunk + lane]
-            syncwarp()
-            for kk in range(min(WARP, seg_end - chunk)):
+        base = cuda.threadIdx.x - glane  # this group's slots in the cache
+        for chunk in range(seg_start, seg_end, lanes):
+            if chunk + glane < seg_end:
+                cached_col[base + glane] = indices[chunk + glane]
+                cached_val[base + glane] = data[chunk + glane]
+            syncwarp_lanes(mask)
+            for kk in range(min(lanes, seg_end - chunk)):
                 if chunk + kk >= row_end:  # row switch
                     if active:
                         flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
@@ -135,35 +142,43 @@ def spmm_hp_kernel(reduce_code, vec, cf, value_dtype, index_dtype):
                             b = load(B, k, j + c * span)
                             for v in range(vec):
                                 acc[c * vec + v] = combine(reduce_code, acc[c * vec + v], a * b[v])
-            syncwarp()  # the next chunk overwrites the cache
+            syncwarp_lanes(mask)  # the next chunk overwrites the cache
         if active:
             flush(C, row, j, acc, row_end - row_start, row_start >= seg_start and row_end <= seg_end)
 
     return spmm_hp
 
 
-def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_warp=None):
-    """Launch HP-SpMM: pre-fill C, then the hybrid-parallel kernel.  ``nnz_per_warp``
-    defaults to Dynamic Task Partition's choice for this graph and GPU."""
+def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None):
+    """Launch HP-SpMM: pre-fill C (a memset for sum and mean, whose identity is 0), then the
+    hybrid-parallel kernel.  ``nnz_per_group`` defaults to Dynamic Task Partition's choice
+    for this graph and GPU, ``lanes`` to :func:`launch.hp_lane_layout`'s."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
     code = reductions.CODES[reduce]
-    identity = reductions.initial(code) if code in (reductions.MAX, reductions.MIN) else 0.0
-    fill = fill_rows_kernel(C.dtype.str)
-    fill_threads = 256
-    fill_blocks = min(launch.cdiv(m * n, fill_threads), launch.device_limits()[0] * 16)
-    launch.run(fill, fill_blocks, fill_threads, stream, A.indptr, C, 0.0, identity)
+    if code in (reductions.MAX, reductions.MIN) or not launch.zero(C, stream):
+        identity = reductions.initial(code) if code in (reductions.MAX, reductions.MIN) else 0.0
+        fill = fill_rows_kernel(C.dtype.str)
+        fill_threads = 256
+        fill_blocks = min(launch.cdiv(m * n, fill_threads), launch.device_limits()[0] * 16)
+        launch.run(fill, fill_blocks, fill_threads, stream, A.indptr, C, 0.0, identity)
     if A.nnz == 0:
         return
-    vec, cf = launch.hp_columns_per_lane(n, C.dtype.itemsize, B)
-    n_tiles = launch.cdiv(n, WARP * vec * cf)
-    if nnz_per_warp is None:
-        nnz_per_warp = launch.hp_nnz_per_warp(A.nnz, n_tiles)
-    kernel = spmm_hp_kernel(code, vec, cf, C.dtype.str, A.indices.dtype.str)
-    n_warps = launch.cdiv(A.nnz, nnz_per_warp)
-    grid = (launch.cdiv(n_warps, launch.HP_WARPS_PER_BLOCK), n_tiles)
-    launch.run(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, A.indptr, A.indices, A.data, B, C, nnz_per_warp)
+    key = ("spmm_hp", code, n, C.dtype.str, launch.alignment(B), nnz_per_group, lanes)
+    plan = A._derived.get(key)  # repeated calls skip the layout and DTP rules
+    if plan is None:
+        lanes, vec, cf = launch.hp_lane_layout(n, C.dtype.itemsize, B, lanes)
+        n_tiles = launch.cdiv(n, lanes * vec * cf)
+        groups_per_warp = WARP // lanes
+        if nnz_per_group is None:
+            nnz_per_group = launch.hp_nnz_per_warp(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
+        kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str)
+        n_groups = launch.cdiv(A.nnz, nnz_per_group)
+        grid = (launch.cdiv(n_groups, launch.HP_WARPS_PER_BLOCK * groups_per_warp), n_tiles)
+        plan = A._derived[key] = (kernel, grid, nnz_per_group)
+    kernel, grid, nnz_per_group = plan
+    launch.run(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, A.indptr, A.indices, A.data, B, C, nnz_per_group)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,7 +1,8 @@
 """Warp intrinsics that also run on the Numba CUDA simulator.
 
 The simulator (``NUMBA_ENABLE_CUDASIM=1``) has no ``syncwarp`` and no shuffles, so the
-kernels call these wrappers instead.  On a GPU they are the hardware instructions.  On
+kernels call these wrappers instead (``syncwarp_lanes(mask)``: a barrier of the lanes in
+``mask`` only, for kernels whose lane groups run loops of different lengths).  On a GPU they are the hardware instructions.  On
 the simulator a warp barrier becomes a block barrier over the threads still running
 (stronger than needed, so it is still correct), and a shuffle exchanges values through a
 per-block table between two such barriers.
@@ -21,6 +22,10 @@ if not config.ENABLE_CUDASIM:
         cuda.syncwarp(FULL_MASK)
 
     @cuda.jit(device=True, inline="always")
+    def syncwarp_lanes(mask):
+        cuda.syncwarp(mask)
+
+    @cuda.jit(device=True, inline="always")
     def shfl_down(value, delta):
         return cuda.shfl_down_sync(FULL_MASK, value, delta)
 
@@ -31,6 +36,9 @@ if not config.ENABLE_CUDASIM:
 else:  # pragma: no cover - exercised only under the simulator
 
     def syncwarp():
+        threading.current_thread().syncthreads()
+
+    def syncwarp_lanes(mask):
         threading.current_thread().syncthreads()
 
     def _exchange(value, source_of):

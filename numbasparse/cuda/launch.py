@@ -1,5 +1,6 @@
 """Launch-configuration rules shared by the CUDA kernels: one place for each number."""
 import functools
+import weakref
 
 import numpy as np
 
@@ -41,29 +42,71 @@ def vector_width(n_cols, itemsize, *arrays):
     return 1
 
 
-def hp_columns_per_lane(n_cols, itemsize, B):
-    """(vec, cf) for HP-SpMM: each lane reads ``cf`` aligned vectors of ``vec`` columns.
-    The vector is as wide as alignment allows without idling lanes (32 * vec <= n_cols),
-    and cf = 2 lets one pass over the nonzeros cover up to 256 float32 columns."""
+#: Fewest and most lanes per HP-SpMM lane group: narrow groups give a warp several nonzeros
+#: per instruction (H100, tools/tune_hp.py on rmat:16-20: N=32 8 lanes 1.4-2.3x faster than
+#: 32; N=128 16 lanes x 2 vectors 3-12% faster than 32 lanes x 1; N=256 within -8%..+6%).
+HP_MIN_LANES = 4
+HP_MAX_LANES = 16
+
+
+def hp_lane_layout(n_cols, itemsize, B, lanes=None):
+    """(lanes, vec, cf) for HP-SpMM: groups of ``lanes`` lanes, each lane reading ``cf``
+    aligned vectors of ``vec`` columns.  The vector is as wide as alignment allows; the group
+    is HP_MAX_LANES or as narrow as that vector allows without idling lanes (lanes * vec <=
+    n_cols, at least HP_MIN_LANES), so N = 32 float32 runs 8 lanes x 4 columns and a warp works
+    on 4 nonzeros at once; ``lanes`` forces the group size (32: a whole warp per group).
+    cf = 2 lets one pass over the nonzeros cover two vectors per lane (wider N: more column
+    tiles, blockIdx.y)."""
     vec = vector_width(n_cols, itemsize, B)
-    while vec > 1 and WARP_SIZE * vec > n_cols:
+    if lanes is None:
+        lanes = HP_MAX_LANES
+        while lanes > HP_MIN_LANES and lanes * vec > n_cols:
+            lanes //= 2
+    while vec > 1 and lanes * vec > n_cols:
         vec //= 2
-    cf = 2 if n_cols > WARP_SIZE * vec else 1
-    return vec, cf
+    cf = 2 if n_cols > lanes * vec else 1
+    return lanes, vec, cf
+
+
+def alignment(array):
+    """The largest of 16, 8, 4, 2, 1 bytes that ``array``'s base address is a multiple of
+    (what :func:`vector_width` depends on, besides the shape)."""
+    address = _address(array)
+    for size in (16, 8, 4, 2):
+        if address % size == 0:
+            return size
+    return 1
 
 
 def _address(array):
+    pointer = _device_pointer(array)
+    if pointer is not None:
+        return pointer
     interface = getattr(array, "__cuda_array_interface__", None)
     return interface["data"][0] if interface else 0  # the simulator: any alignment works
 
 
+_limits = {}
+
+
 def device_limits():
-    """(SM count, max threads per SM, registers per SM) of the current device."""
-    return _device_limits(getattr(cuda.get_current_device(), "id", 0))
+    """(SM count, max threads per SM, registers per SM) of the current device (asked once
+    per device: the query costs ~9 us, more than a kernel launch)."""
+    key = 0 if _one_device() else cuda.get_current_device().id
+    limits = _limits.get(key)
+    if limits is None:
+        limits = _limits[key] = _device_limits()
+    return limits
 
 
 @functools.lru_cache(maxsize=None)
-def _device_limits(device_id):
+def _one_device():
+    from numba.cuda import config
+
+    return bool(config.ENABLE_CUDASIM) or len(cuda.gpus) == 1
+
+
+def _device_limits():
     from numba.cuda import config
 
     device = cuda.get_current_device()
@@ -81,15 +124,16 @@ def blocks_per_sm(threads_per_block, registers_per_thread):
     return max(1, min(by_threads, by_registers, 32))
 
 
-def hp_nnz_per_warp(nnz, n_tiles, registers_per_thread=64):
-    """Dynamic Task Partition (paper 000, Eq. 4-5): the largest candidate nonzeros-per-warp
-    that still launches HP_WAVES full waves of blocks on this GPU, so that small and
-    sampled graphs fill every SM; the smallest candidate when even that cannot."""
+def hp_nnz_per_warp(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1):
+    """Dynamic Task Partition (paper 000, Eq. 4-5): the largest candidate nonzeros per warp
+    (per lane group when a warp holds ``groups_per_warp`` of them) that still launches
+    HP_WAVES full waves of blocks on this GPU, so that small and sampled graphs fill every
+    SM; the smallest candidate when even that cannot."""
     sms = device_limits()[0]
     threads = HP_WARPS_PER_BLOCK * WARP_SIZE
     full_wave = sms * blocks_per_sm(threads, registers_per_thread)
     for candidate in HP_NNZ_PER_WARP:
-        if cdiv(nnz, candidate * HP_WARPS_PER_BLOCK) * n_tiles >= HP_WAVES * full_wave:
+        if cdiv(nnz, candidate * HP_WARPS_PER_BLOCK * groups_per_warp) * n_tiles >= HP_WAVES * full_wave:
             return candidate
     return HP_NNZ_PER_WARP[-1]
 
@@ -159,10 +203,10 @@ class _FastLaunch:
         packed = []
         for (kind, a, b), value in zip(self.kinds, args):
             if kind == "array":
-                pointer = _device_pointer(value)
-                if pointer is None or value.dtype != a or value.ndim != b or not value.is_c_contiguous():
+                fields = _array_fields(value)
+                if fields is None or value.dtype != a or value.ndim != b or not value.is_c_contiguous():
                     return False
-                packed += [0, 0, value.size, value.dtype.itemsize, pointer, *value.shape, *value.strides]
+                packed += fields
             elif kind == "scalar" and isinstance(value, (int, float, np.integer, np.floating)):
                 packed.append(a(b(value)))
             else:
@@ -177,19 +221,63 @@ class _FastLaunch:
 
 def _device_pointer(array):
     """Device address of a Numba device array or a DeviceView; None for anything else."""
+    pointer = getattr(array, "ptr", None)  # a DeviceView
+    if pointer is not None:
+        return pointer
     if hasattr(array, "device_ctypes_pointer"):
         return array.device_ctypes_pointer.value or 0
-    return getattr(array, "ptr", None) if hasattr(array, "__cuda_array_interface__") else None
+    return None
 
 
-_default_core_stream = []
+_numba_array_fields = weakref.WeakKeyDictionary()  # a Numba array's fields never change
+
+
+def _array_fields(array):
+    """The kernel-ABI fields of a device array (meminfo, parent, nitems, itemsize, data
+    pointer, shape..., strides...), or None when ``array`` is not one."""
+    pointer = getattr(array, "ptr", None)  # a DeviceView: made per call, cheap to read
+    if pointer is not None:
+        return [0, 0, array.size, array.dtype.itemsize, pointer, *array.shape, *array.strides]
+    try:
+        fields = _numba_array_fields.get(array)
+    except TypeError:  # not weak-referenceable: not a Numba array
+        return None
+    if fields is None:
+        pointer = _device_pointer(array)
+        if pointer is None:
+            return None
+        fields = [0, 0, array.size, array.dtype.itemsize, pointer, *array.shape, *array.strides]
+        _numba_array_fields[array] = fields
+    return fields
+
+
+_core_streams = {}
 
 
 def _core_stream(stream):
+    """cuda.core's view of a Numba stream (or 0), made once per stream object."""
+    entry = _core_streams.get(id(stream))
+    if entry is not None and entry[0] is stream:
+        return entry[1]
     from numba.cuda.cudadrv.driver import _to_core_stream
 
-    if not stream:
-        if not _default_core_stream:
-            _default_core_stream.append(_to_core_stream(0))
-        return _default_core_stream[0]
-    return _to_core_stream(stream)
+    if len(_core_streams) > 64:  # callers making a new stream per call: do not grow without end
+        _core_streams.clear()
+    core = _to_core_stream(stream)
+    _core_streams[id(stream)] = (stream, core)  # holding the stream keeps its id unique
+    return core
+
+
+def zero(array, stream=0):
+    """Set a C-contiguous device array to zero bytes in ``stream`` (cuMemsetD8Async: no
+    kernel launch).  Returns False, doing nothing, where the driver call is unavailable
+    (the simulator)."""
+    pointer = _device_pointer(array)
+    if not pointer or not _fast_launch_allowed():
+        return False
+    from cuda.bindings import driver
+
+    (err,) = driver.cuMemsetD8Async(pointer, 0, array.size * array.dtype.itemsize, _core_stream(stream).handle)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuMemsetD8Async failed: {err}")
+    return True

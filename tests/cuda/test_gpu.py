@@ -106,7 +106,7 @@ def test_hp_kernel_uses_16_byte_loads_of_B():
     B = cuda.to_device(np.ones((A.shape[1], 128), np.float32))
     C = cuda.device_array((A.shape[0], 128), np.float32)
     hp.spmm_hp(A, B, C, "sum")
-    sass = _sass(hp.spmm_hp_kernel(0, 4, 1, "<f4", "<i4"))
+    sass = _sass(hp.spmm_hp_kernel(0, 16, 4, 2, "<f4", "<i4"))
     assert "LDG.E.128" in sass
     assert "STL" not in sass and "LDL" not in sass
 

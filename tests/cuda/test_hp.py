@@ -14,20 +14,20 @@ from strategies import N_COLS, assert_close, graphs, random_dense
 REDUCTIONS = ("sum", "mean", "max", "min")
 
 
-def run_hp(A, B, reduce, nnz_per_warp=None, index_dtype=None):
+def run_hp(A, B, reduce, nnz_per_group=None, index_dtype=None, lanes=None):
     dev = CSR.from_scipy(A, dtype=B.dtype, index_dtype=index_dtype)
     C = cuda.to_device(np.full((A.shape[0], B.shape[1]), np.nan, B.dtype))  # poisoned
-    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_warp=nnz_per_warp)
+    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=nnz_per_group, lanes=lanes)
     return C.copy_to_host()
 
 
 @given(A=graphs(), n=st.sampled_from(N_COLS + (128, 260)), reduce=st.sampled_from(REDUCTIONS),
-       nnz_per_warp=st.sampled_from([1, 5, 32, 64, None]),
+       nnz_per_group=st.sampled_from([1, 5, 32, 64, None]), lanes=st.sampled_from([None, 32, 8, 4]),
        dtype=st.sampled_from([np.float32, np.float64]),
        index_dtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2**32 - 1))
-def test_hp_matches_reference(A, n, reduce, nnz_per_warp, dtype, index_dtype, seed):
+def test_hp_matches_reference(A, n, reduce, nnz_per_group, lanes, dtype, index_dtype, seed):
     B = random_dense(np.random.default_rng(seed), (A.shape[1], n), dtype)
-    C = run_hp(A, B, reduce, nnz_per_warp, index_dtype)
+    C = run_hp(A, B, reduce, nnz_per_group, index_dtype, lanes)
     assert_close(C, spmm_reference(A, B, reduce), dtype)
 
 
@@ -40,18 +40,37 @@ def test_row_split_across_many_warps(reduce):
     dense[3, :5] = rng.standard_normal(5)
     A = sp.csr_matrix(dense)
     B = random_dense(rng, (90, 33), np.float32)
-    C = run_hp(A, B, reduce, nnz_per_warp=7)
+    C = run_hp(A, B, reduce, nnz_per_group=7)
     assert np.all(C[[0, 2]] == 0)  # empty rows
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
-def test_columns_per_lane_rules():
-    assert launch.hp_columns_per_lane(32, 4, None) == (1, 1)
-    assert launch.hp_columns_per_lane(64, 4, None) == (2, 1)
-    assert launch.hp_columns_per_lane(128, 4, None) == (4, 1)
-    assert launch.hp_columns_per_lane(256, 4, None) == (4, 2)
-    assert launch.hp_columns_per_lane(70, 4, None) == (2, 2)
-    assert launch.hp_columns_per_lane(33, 4, None) == (1, 2)
+def test_lane_layout_rules():
+    assert launch.hp_lane_layout(32, 4, None) == (8, 4, 1)  # 4 nonzeros per warp step
+    assert launch.hp_lane_layout(64, 4, None) == (16, 4, 1)
+    assert launch.hp_lane_layout(128, 4, None) == (16, 4, 2)
+    assert launch.hp_lane_layout(256, 4, None) == (16, 4, 2)  # two column tiles
+    assert launch.hp_lane_layout(70, 4, None) == (16, 2, 2)
+    assert launch.hp_lane_layout(33, 4, None) == (16, 1, 2)
+    assert launch.hp_lane_layout(8, 4, None) == (4, 2, 1)
+    assert launch.hp_lane_layout(32, 4, None, lanes=32) == (32, 1, 1)  # a whole warp per group
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_lane_groups_split_rows_and_skip_empty_rows(lanes):
+    """Groups of a warp walk different rows; a long row spans groups of several warps."""
+    rng = np.random.default_rng()
+    dense = np.zeros((9, 70))
+    dense[1] = rng.standard_normal(70)
+    dense[4, :3] = rng.standard_normal(3)
+    dense[5, 10:13] = rng.standard_normal(3)
+    dense[8, -1] = 1.0
+    A = sp.csr_matrix(dense)
+    B = random_dense(rng, (70, 32), np.float32)
+    for reduce in ("sum", "max"):
+        C = run_hp(A, B, reduce, nnz_per_group=5, lanes=lanes)
+        assert np.all(C[[0, 2, 3, 6, 7]] == 0)  # empty rows
+        assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
 def test_dtp_shrinks_work_per_warp_for_small_graphs(monkeypatch):
