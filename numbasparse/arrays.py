@@ -62,7 +62,11 @@ class DeviceView:
 
     @property
     def __cuda_array_interface__(self):
-        return {"shape": self.shape, "strides": self.strides, "typestr": self.dtype.str,
+        # strides None (C-contiguous, as the interface allows) rather than the explicit
+        # C strides: numba-cuda 0.30 compares explicit strides with the itemsize in bits and
+        # so types every strided export as layout "A" (slower code, and no fast launch).
+        strides = None if self._contiguous else self.strides
+        return {"shape": self.shape, "strides": strides, "typestr": self.dtype.str,
                 "data": (self.ptr, False), "version": 3, "stream": None}
 
 

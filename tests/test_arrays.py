@@ -51,3 +51,11 @@ def test_torch_view_from_attributes_matches_the_interface_rule(make):
     assert (view.ptr, view.shape, view.strides, view.dtype, view.size) == \
         (expected.ptr, expected.shape, expected.strides, expected.dtype, expected.size)
     assert view.is_c_contiguous() == expected.is_c_contiguous() == a.flags.c_contiguous
+
+
+def test_contiguous_view_exports_no_strides_so_numba_types_it_as_c_layout():
+    from numba.cuda.typing.typeof import _typeof_cuda_array_interface
+
+    view = DeviceView(None, FakeCudaArray((3, 5), strides=(20, 4)).__cuda_array_interface__)
+    assert view.__cuda_array_interface__["strides"] is None
+    assert _typeof_cuda_array_interface(view.__cuda_array_interface__, None).layout == "C"
