@@ -27,7 +27,7 @@ def row_warp_grid(n_rows, n_cols, cols_per_warp):
 #: Warps per thread block of the hybrid-parallel (HP) kernels.
 HP_WARPS_PER_BLOCK = 4
 #: Candidate nonzeros per warp for HP kernels (paper 000, section III-B2), largest first.
-HP_NNZ_PER_WARP = (512, 256, 128, 64, 32)
+HP_NNZ_PER_WARP = (512, 256, 128, 64, 32, 16, 8)
 #: DTP's scale factor alpha: ask for at least this many full waves of blocks.
 HP_WAVES = 2
 
