@@ -222,19 +222,15 @@ def simulator_enabled():
     return bool(config.ENABLE_CUDASIM)
 
 
-#: Below this many nonzeros a CUDA SpMM is bound by host overhead, and CRC+CWM's single
-#: launch beats HP's two (fill + kernel): faster on 15 of the 16 (graph, N) cases of Cora,
-#: Citeseer, PubMed and the default graph in BENCHMARKS.md's full comparison.
-SMALL_SPMM_NNZ = 100_000
-
-
 def _auto_name(op, backend, n_cols, nnz):
     if backend == "cpu":
         return "cpu_rows"
-    if op == "spmm" and nnz < SMALL_SPMM_NNZ:
-        return "crc_cwm2"
     # HP kernels balance work by nonzeros, so heavy rows do not stall one warp: 3-14x faster
-    # than CRC/CWM on R-MAT graphs from 1.8M nonzeros (BENCHMARKS.md).
+    # than CRC/CWM on R-MAT graphs from 1.8M nonzeros (BENCHMARKS.md).  Since its lane groups and
+    # memset, HP is also the faster kernel on the small graphs, where CRC+CWM used to win by one
+    # launch against HP's two: 8-55 us kernel time on Cora, Citeseer, PubMed and the default
+    # graph (H100, 2026-11-23b), CRC+CWM 23-90 us earlier in that session (then both kernels
+    # were compiled for strided operands, see arrays.DeviceView).
     return "hp"
 
 

@@ -199,8 +199,8 @@ def test_complex_A_is_refused(small):
 def test_auto_rule_follows_the_measurements():
     from numbasparse import dispatch
 
-    small, large = dispatch.SMALL_SPMM_NNZ - 1, dispatch.SMALL_SPMM_NNZ
-    assert dispatch._auto_name("spmm", "cuda", 64, small) == "crc_cwm2"
+    small, large = 10_000, 30_000_000
+    assert dispatch._auto_name("spmm", "cuda", 64, small) == "hp"
     assert dispatch._auto_name("spmm", "cuda", 64, large) == "hp"
     assert dispatch._auto_name("sddmm", "cuda", 64, small) == "hp"
     assert dispatch._auto_name("spmm", "cpu", 64, large) == "cpu_rows"
