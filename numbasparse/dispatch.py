@@ -140,6 +140,14 @@ def _sddmm_tuned(A, X, Y, out, *, stream=0):
     tiled.sddmm_tiled(A, X, Y, out, tuned_schedule(A, X.shape[1], out.dtype, "sddmm"), stream=stream)
 
 
+def _spmm_blocked(A, B, C, reduce, *, stream=0):
+    tiled.spmm_tiled(A, _row_order(A, False), B, C, tiled.CS267_SPMM, stream=stream)
+
+
+def _sddmm_blocked(A, X, Y, out, *, stream=0):
+    tiled.sddmm_tiled(A, X, Y, out, tiled.cs267_sddmm_schedule(X.shape[1]), stream=stream)
+
+
 def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
     """``out = f(A ⊙ (X Y^T)) Z`` with f the identity or the per-row softmax (graph attention).
     fuse: one kernel (:mod:`numbasparse.cuda.fused`), else HP-SDDMM, [edge softmax], HP-SpMM
@@ -170,13 +178,16 @@ SPMM = _table(
     Algorithm("crc_cwm4", "cuda", functools.partial(crc.spmm_crc_cwm, cf=4),
               "GE-SpMM CRC + coarse-grained warp merging, 4 columns per thread"),
     Algorithm("hp", "cuda", hp.spmm_hp,
-              "HP-SpMM hybrid node/edge parallel, equal nonzeros per warp, vector loads"),
+              "HP-SpMM hybrid node/edge parallel, equal nonzeros per lane group, vector loads"),
     Algorithm("hc", "cuda", _spmm_hc("hybrid"),
               "HC-SpMM 16-row windows, dense-tile or CUDA-core path per window (LR selector)", ("sum",)),
     Algorithm("hc_tiles", "cuda", _spmm_hc("tiles"), "HC-SpMM, every window on the dense-tile path", ("sum",)),
     Algorithm("hc_cores", "cuda", _spmm_hc("cores"), "HC-SpMM, every window on the CUDA-core path", ("sum",)),
     Algorithm("tuned", "cuda", _spmm_tuned,
               "G-Sparse 2-D shared-memory tiled SpMM, schedule chosen by cost model + autotuner", ("sum",)),
+    Algorithm("blocked", "cuda", _spmm_blocked,
+              "CS267 blocked SpMM: a block per row, a thread per output, entries staged in shared memory",
+              ("sum",)),
     Algorithm("cpu_rows", "cpu", cpu.spmm_rows, "numba.njit(parallel=True), rows across cores"),
 )
 
@@ -187,6 +198,8 @@ SDDMM = _table(
               "HP-SDDMM hybrid parallel, equal nonzeros per warp, lane groups sized to K"),
     Algorithm("tuned", "cuda", _sddmm_tuned,
               "G-Sparse tiled SDDMM (X rows in shared memory, adaptive warp shuffle), autotuned schedule"),
+    Algorithm("blocked", "cuda", _sddmm_blocked,
+              "CS267 blocked SDDMM: a block per row, X[i] in shared memory, 4 lanes per entry"),
     Algorithm("cpu_rows", "cpu", cpu.sddmm_rows, "numba.njit(parallel=True), rows across cores"),
 )
 

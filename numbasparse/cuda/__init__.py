@@ -48,7 +48,8 @@ def kernel_configs():
             configs.append((f"spmm_tiled {schedule.m_tile}x{schedule.n_tile}x{schedule.reg_tile}x"
                             f"{schedule.nnz_tile} {value}/{index}", tiled.spmm_tiled_kernel(schedule, value, index),
                             (*csr, numba.int64[::1], V[:, ::1], V[:, ::1])))
-        for schedule in (tiled.SddmmSchedule(4, 8, 64), tiled.SddmmSchedule(1, 32, 256)):
+        for schedule in (tiled.SddmmSchedule(4, 8, 64), tiled.SddmmSchedule(1, 32, 256), tiled.cs267_sddmm_schedule(32),
+                         tiled.cs267_sddmm_schedule(128)):
             configs.append((f"sddmm_tiled {schedule.m_tile}x{schedule.group}x{schedule.k_tile} {value}/{index}",
                             tiled.sddmm_tiled_kernel(schedule, value), (*csr, V[:, ::1], V[:, ::1], V[::1])))
         configs.append((f"edge_softmax {value}/{index}", fused.edge_softmax_kernel(value), (I[::1], V[::1], V[::1])))

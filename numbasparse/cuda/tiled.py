@@ -58,6 +58,12 @@ def schedule_space(value_itemsize=4, index_itemsize=4):
     return [s for s in grid if s.valid(value_itemsize, index_itemsize)]
 
 
+#: The CS267 report's blocked SpMM (paper 004, section 4.2) as a schedule: blocks of height 1, one
+#: thread per output element (32 columns per block), the row's entries staged in shared memory 32
+#: at a time.  ``algorithm="blocked"``.
+CS267_SPMM = Schedule(m_tile=1, n_tile=32, reg_tile=1, nnz_tile=32, balance=False)
+
+
 @functools.lru_cache(maxsize=None)
 def spmm_tiled_kernel(schedule, value_dtype, index_dtype):
     """Compile-once factory of the tiled SpMM kernel for one schedule.
@@ -164,6 +170,15 @@ class SddmmSchedule:
 def sddmm_schedule_space(value_itemsize=4, index_itemsize=4):
     grid = [SddmmSchedule(m, g, k) for m in (1, 2, 4, 8, 16) for g in (4, 8, 16, 32) for k in (32, 64, 128, 256)]
     return [s for s in grid if s.valid(value_itemsize, index_itemsize)]
+
+
+def cs267_sddmm_schedule(k_cols):
+    """The CS267 report's blocked SDDMM with the row of X in shared memory (paper 004, section
+    5.3) as the nearest schedule of the space: a block per row, whose entries all read X[i] from
+    shared memory, and 4 lanes per dot product (the report gives each entry one thread; 4 is
+    the space's smallest group).  ``algorithm="blocked"``."""
+    k_tile = next((t for t in (32, 64, 128) if t >= k_cols), 256)
+    return SddmmSchedule(m_tile=1, group=4, k_tile=k_tile)
 
 
 @functools.lru_cache(maxsize=None)

@@ -56,3 +56,25 @@ def test_tiled_sddmm_matches_reference(schedule, k, dtype):
     out = cuda.to_device(np.full(dev.nnz, np.nan, dtype))
     tiled.sddmm_tiled(dev, cuda.to_device(X), cuda.to_device(Y), out, schedule)
     assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), dtype)
+
+
+def test_cs267_blocked_schedules_are_valid_members_of_the_spaces():
+    assert tiled.CS267_SPMM in tiled.schedule_space()
+    for k in (1, 32, 33, 128, 300):
+        assert tiled.cs267_sddmm_schedule(k) in tiled.sddmm_schedule_space()
+
+
+def test_blocked_algorithm_matches_reference_through_the_api():
+    import numbasparse as ns
+    from numbasparse.reference import sddmm_reference
+
+    rng = np.random.default_rng()
+    A = sp.random(9, 11, density=0.3, format="csr", random_state=rng)
+    A = sp.csr_matrix(A.toarray() * (rng.random(9) > 0.2)[:, None])  # empty rows
+    B = rng.standard_normal((11, 5)).astype(np.float32)
+    assert_close(ns.spmm(A, B, algorithm="blocked", backend="cuda"), spmm_reference(A, B), np.float32)
+    X = rng.standard_normal((9, 6)).astype(np.float32)
+    Y = rng.standard_normal((11, 6)).astype(np.float32)
+    assert_close(ns.sddmm(A, X, Y, algorithm="blocked", backend="cuda").data, sddmm_reference(A, X, Y), np.float32)
+    with pytest.raises(ValueError, match="supports reduce"):
+        ns.spmm(A, B, algorithm="blocked", reduce="max", backend="cuda")
