@@ -26,7 +26,8 @@ def row_warp_grid(n_rows, n_cols, cols_per_warp):
 
 #: Warps per thread block of the hybrid-parallel (HP) kernels.
 HP_WARPS_PER_BLOCK = 4
-#: Candidate nonzeros per warp for HP kernels (paper 000, section III-B2), largest first.
+#: Candidate nonzeros per lane group (HP-SpMM) or per warp (HP-SDDMM), paper 000 section III-B2,
+#: largest first; 16 and 8 keep small graphs from being latency-bound (BENCHMARKS.md).
 HP_NNZ_PER_WARP = (512, 256, 128, 64, 32, 16, 8)
 #: DTP's scale factor alpha: ask for at least this many full waves of blocks.
 HP_WAVES = 2
