@@ -124,3 +124,22 @@ def test_crc_kernel_keeps_accumulators_in_registers():
     crc.spmm_crc_cwm(A, B, C, "sum", cf=4)
     sass = _sass(kernel)
     assert "STL" not in sass and "LDL" not in sass
+
+
+def test_torch_operands_compile_for_contiguous_arrays_and_take_the_fast_launch():
+    """numba-cuda 0.30 types interface exports with explicit strides as layout "A" (strided code,
+    no fast launch); DeviceView exports none when contiguous, so kernels see layout "C"."""
+    torch = pytest.importorskip("torch")
+    from numbasparse.arrays import DeviceView
+    from numbasparse.cuda import hp, launch, reductions
+
+    A = ns.CSR.from_scipy(graphs.rmat(8, 4))
+    B = torch.randn(A.shape[1], 32, device="cuda")
+    C = ns.spmm(A, B, algorithm="hp")
+    C = ns.spmm(A, B, algorithm="hp")  # the second call goes through the fast launch
+    assert_close(C.cpu().numpy(), spmm_reference(A.to_scipy(), B.cpu().numpy()), np.float32)
+    lanes, vec, cf = launch.hp_lane_layout(32, 4, DeviceView.of_torch(B))
+    kernel = hp.spmm_hp_kernel(reductions.SUM, lanes, vec, cf, "<f4", "<i4")
+    layouts = {getattr(t, "layout", "C") for signature in kernel.overloads for t in signature}
+    assert layouts == {"C"}
+    assert kernel in launch._fast_launch
