@@ -47,6 +47,17 @@ def _device_csr(A, dtype, operand):
     return CSR.from_scipy(A, dtype=dtype)
 
 
+def _operands(*named):
+    """Validated 2-D dense operands from (name, array) pairs, all on the host or all on the
+    device, all of one dtype."""
+    ops = [arrays.dense(a, name, 2) for name, a in named]
+    arrays.same_place(*ops)
+    if len({op.dtype for op in ops}) > 1:
+        raise TypeError(f"{' and '.join(op.name for op in ops)} must have the same dtype, got "
+                        f"{' and '.join(str(op.dtype) for op in ops)}")
+    return ops
+
+
 def _overlap(a, b):
     """True when two device arrays share memory (the kernels cannot run in place)."""
     (pa, _), (pb, _) = a.__cuda_array_interface__["data"], b.__cuda_array_interface__["data"]
@@ -124,11 +135,7 @@ def sddmm(A, X, Y, *, algorithm="auto", backend="auto"):
     (sorted indices, duplicates summed); for CUDA X/Y, a 1-D array of X's framework holding
     the nnz values in the order of ``CSR.from_scipy(A)``.
     """
-    x = arrays.dense(X, "X", 2)
-    y = arrays.dense(Y, "Y", 2)
-    arrays.same_place(x, y)
-    if x.dtype != y.dtype:
-        raise TypeError(f"X and Y must have the same dtype, got {x.dtype} and {y.dtype}")
+    x, y = _operands(("X", X), ("Y", Y))
     m, n = _shape_of(A)
     if x.shape[0] != m or y.shape[0] != n:
         raise ValueError(f"A is {m}x{n}, so X must have {m} rows and Y {n} rows; got X {x.shape}, Y {y.shape}")
@@ -166,11 +173,7 @@ def spmm_dense(A, X, W, *, backend="auto"):
     memory.  On the CPU backend it is ``spmm`` then a NumPy matmul.  Returns (M, F_out) of X's
     dtype and kind.
     """
-    x = arrays.dense(X, "X", 2)
-    w = arrays.dense(W, "W", 2)
-    arrays.same_place(x, w)
-    if x.dtype != w.dtype:
-        raise TypeError(f"X and W must have the same dtype, got {x.dtype} and {w.dtype}")
+    x, w = _operands(("X", X), ("W", W))
     m, k = _shape_of(A)
     if x.shape[0] != k:
         raise ValueError(f"A has {k} columns but X has {x.shape[0]} rows (A is {m}x{k}, X is {x.shape})")
@@ -216,10 +219,7 @@ def graph_attention(A, Q, K, V, *, fused=True, backend="auto"):
 
 
 def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
-    x, y, z = (arrays.dense(a, name, 2) for a, name in zip((X, Y, Z), names))
-    arrays.same_place(x, y, z)
-    if len({x.dtype, y.dtype, z.dtype}) > 1:
-        raise TypeError(f"{', '.join(names)} must have the same dtype, got {x.dtype}, {y.dtype}, {z.dtype}")
+    x, y, z = _operands(*zip(names, (X, Y, Z)))
     m, n = _shape_of(A)
     if x.shape[0] != m or y.shape[0] != n or z.shape[0] != n:
         raise ValueError(f"A is {m}x{n}, so {names[0]} must have {m} rows and {names[1]}, {names[2]} {n} "
