@@ -37,8 +37,9 @@ def vector_width(n_cols, itemsize, *arrays):
     """Widest of 4, 2, 1 elements such that every row of each 2-D array starts on a
     ``width * itemsize``-byte boundary (so vector loads are aligned): ``n_cols`` must be a
     multiple of the width and each array's base address aligned to it."""
+    aligned_to = min((alignment(a) for a in arrays), default=MAX_ALIGNMENT)
     for width in (4, 2):
-        if n_cols % width == 0 and all(_address(a) % (width * itemsize) == 0 for a in arrays):
+        if n_cols % width == 0 and aligned_to % (width * itemsize) == 0:
             return width
     return 1
 
@@ -69,14 +70,18 @@ def hp_lane_layout(n_cols, itemsize, B, lanes=None):
     return lanes, vec, cf
 
 
+#: The widest vector load is 4 float64: 32 bytes.
+MAX_ALIGNMENT = 32
+
+
 def alignment(array):
-    """The largest of 16, 8, 4, 2, 1 bytes that ``array``'s base address is a multiple of
-    (what :func:`vector_width` depends on, besides the shape)."""
+    """The largest power of two up to MAX_ALIGNMENT bytes that ``array``'s base address is a
+    multiple of: all that :func:`vector_width` needs to know of the array."""
     address = _address(array)
-    for size in (16, 8, 4, 2):
-        if address % size == 0:
-            return size
-    return 1
+    size = MAX_ALIGNMENT
+    while address % size:
+        size //= 2
+    return size
 
 
 def _address(array):
