@@ -18,7 +18,7 @@ class DeviceView:
     pointer, shape, strides and dtype, no copy.  Cheaper to make than a Numba device array;
     kernels accept it directly (it exports the interface again)."""
 
-    __slots__ = ("owner", "ptr", "shape", "strides", "dtype", "ndim", "size", "nbytes", "_contiguous")
+    __slots__ = ("owner", "ptr", "shape", "strides", "dtype", "ndim", "size", "nbytes", "_contiguous", "_abi")
 
     def __init__(self, owner, interface):
         self.owner = owner  # keeps the memory alive
@@ -31,31 +31,45 @@ class DeviceView:
     def of_torch(cls, tensor):
         """The view of a CUDA tensor from its attributes (torch builds its
         ``__cuda_array_interface__`` in Python: several times slower)."""
-        view = object.__new__(cls)
-        view.owner = tensor
         dtype = _TORCH_DTYPES.get(tensor.dtype)
         if dtype is None:  # not float32/float64: let the interface name the dtype for the error
             return cls(tensor, tensor.__cuda_array_interface__)
-        itemsize = dtype.itemsize
-        view._set(tensor.data_ptr(), tuple(tensor.shape), tuple(st * itemsize for st in tensor.stride()), dtype)
+        view = object.__new__(cls)
+        view.owner = tensor
+        if tensor.is_contiguous():  # torch's test, like ours, ignores the strides of size-1 dims
+            view._set(tensor.data_ptr(), tuple(tensor.shape), None, dtype)
+        else:
+            itemsize = dtype.itemsize
+            view._set(tensor.data_ptr(), tuple(tensor.shape), tuple(st * itemsize for st in tensor.stride()), dtype)
         return view
 
     def _set(self, ptr, shape, strides, dtype):
+        """Fill the fields; ``strides`` None means C-contiguous."""
         self.ptr = ptr
         self.shape = shape
         self.dtype = dtype
         self.ndim = len(shape)
         self.size = math.prod(shape)
         self.nbytes = self.size * dtype.itemsize
-        c_strides = []
-        step = dtype.itemsize
-        for n in reversed(shape):
-            c_strides.append(step)
-            step *= n
-        c_strides = tuple(reversed(c_strides))
-        self.strides = c_strides if strides is None else strides
+        self._abi = None
+        c_strides = _c_strides(shape, dtype.itemsize)
+        if strides is None:
+            self.strides = c_strides
+            self._contiguous = True
+            return
+        self.strides = strides
         self._contiguous = self.size <= 1 or all(
-            st == cs for st, cs, n in zip(self.strides, c_strides, shape) if n > 1)
+            st == cs for st, cs, n in zip(strides, c_strides, shape) if n > 1)
+
+    @property
+    def abi(self):
+        """How a kernel receives this array (:func:`numbasparse.cuda.launch.kernel_abi`);
+        None when it is not C-contiguous."""
+        if self._abi is None and self._contiguous:
+            from .cuda.launch import abi_of
+
+            self._abi = abi_of(self.ptr, self.shape, self.strides, self.dtype)
+        return self._abi
 
     def is_c_contiguous(self):
         return self._contiguous
@@ -68,6 +82,17 @@ class DeviceView:
         strides = None if self._contiguous else self.strides
         return {"shape": self.shape, "strides": strides, "typestr": self.dtype.str,
                 "data": (self.ptr, False), "version": 3, "stream": None}
+
+
+def _c_strides(shape, itemsize):
+    if len(shape) == 2:
+        return (shape[1] * itemsize, itemsize)
+    strides = []
+    step = itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 _TORCH_DTYPES = {}  # torch dtype -> NumPy dtype, filled when torch is first seen
@@ -104,17 +129,19 @@ class Dense:
 
 
 def _framework(x):
-    from numba.cuda.cudadrv import devicearray
-
     if isinstance(x, np.ndarray):
         return "numpy"
+    module = type(x).__module__.split(".")[0]
+    if module == "torch":  # asked first: torch builds __cuda_array_interface__ on every access
+        if getattr(x, "is_cuda", False):
+            return "torch"
+        return "torch-cpu" if hasattr(x, "numpy") else None
+    from numba.cuda.cudadrv import devicearray
+
     if devicearray.is_cuda_ndarray(x):
         return "numba"
-    module = type(x).__module__.split(".")[0]
     if hasattr(x, "__cuda_array_interface__"):
-        return module if module in ("cupy", "torch") else "cai"
-    if module == "torch" and hasattr(x, "numpy"):
-        return "torch-cpu"
+        return "cupy" if module == "cupy" else "cai"
     return None
 
 
@@ -201,11 +228,18 @@ def empty_like_framework(op, shape, dtype):
     from numba import cuda
 
     if op.framework == "torch":
-        import torch
+        tensor = op.original
+        if op.dtype == dtype:
+            result = tensor.new_empty(shape)  # tensor's dtype and device
+        else:
+            import torch
 
-        torch_dtype = torch.float32 if np.dtype(dtype) == np.float32 else torch.float64
-        result = torch.empty(shape, dtype=torch_dtype, device=op.original.device)
-        return result, DeviceView.of_torch(result)
+            torch_dtype = torch.float32 if np.dtype(dtype) == np.float32 else torch.float64
+            result = torch.empty(shape, dtype=torch_dtype, device=tensor.device)
+        view = object.__new__(DeviceView)
+        view.owner = result
+        view._set(result.data_ptr(), shape, None, np.dtype(dtype))  # new: C-contiguous
+        return result, view
     if op.framework == "cupy":
         import cupy
 

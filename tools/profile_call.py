@@ -14,8 +14,8 @@ import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import numbasparse as ns  # noqa: E402
-from numbasparse import graphs  # noqa: E402
-from numbasparse.cuda import hp, reductions  # noqa: E402
+from numbasparse import arrays, dispatch, graphs  # noqa: E402
+from numbasparse.cuda import hp, launch  # noqa: E402
 
 
 def per_call_us(fn, n=300):
@@ -37,12 +37,17 @@ Xt = torch.randn(A.shape[0], 64, device="cuda")
 Bn, Cn = cuda.as_cuda_array(Bt), cuda.as_cuda_array(Ct)
 S = torch.sparse_csr_tensor(torch.as_tensor(A.indptr, device="cuda"), torch.as_tensor(A.indices, device="cuda"),
                             torch.as_tensor(A.data, device="cuda"), size=A.shape)
-kernel = hp.spmm_hp_kernel(reductions.SUM, 32, 2, 1, "<f4", "<i4")
-fill = hp.fill_rows_kernel("<f4")
+Bd = arrays.dense(Bt, "B", 2)
+Bv, Cv = Bd.array, arrays.DeviceView.of_torch(Ct)
+stream = arrays.stream_of(Bd)
 rows = {
     "torch.sparse.mm": lambda: torch.sparse.mm(S, Bt),
-    "raw numba launch (hp kernel)": lambda: kernel[60, 128](csr.indptr, csr.indices, csr.data, Bn, Cn, 32),
-    "raw numba launch (fill)": lambda: fill[60, 128](csr.indptr, Cn, 0.0, 0.0),
+    "  arrays.dense(B)": lambda: arrays.dense(Bt, "B", 2),
+    "  dispatch.resolve": lambda: dispatch.resolve("spmm", "hp", "auto", True, 64, csr.nnz, "sum"),
+    "  arrays.empty_like_framework": lambda: arrays.empty_like_framework(Bd, (A.shape[0], 64), np.float32),
+    "  arrays.stream_of": lambda: arrays.stream_of(Bd),
+    "  launch.zero(C)": lambda: launch.zero(Cv, stream),
+    "  hp.spmm_hp(views)": lambda: hp.spmm_hp(csr, Bv, Cv, "sum", stream=stream),
     "hp launcher, numba arrays": lambda: hp.spmm_hp(csr, Bn, Cn, "sum"),
     "ns.spmm numba arrays + out": lambda: ns.spmm(csr, Bn, out=Cn, algorithm="hp"),
     "ns.spmm torch + out": lambda: ns.spmm(csr, Bt, out=Ct, algorithm="hp"),

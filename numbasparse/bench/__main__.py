@@ -144,7 +144,7 @@ def main(argv=None):
         for n in args.n:
             print(f"# sampled workload N={n}", file=sys.stderr, flush=True)
             rows += harness.run_sampled(name, subgraphs, impls, n, dtype=args.dtype,
-                                        repeat=args.repeat, warmup=args.warmup)
+                                        repeat=args.repeat, warmup=args.warmup, kernel_time=args.kernel_time)
             checkpoint(args, meta, rows)
     harness.add_metrics(rows, meta["copy_gbs"], YARDSTICK)
     harness.add_payoff(rows, prep_seconds)

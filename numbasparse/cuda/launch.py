@@ -1,5 +1,6 @@
 """Launch-configuration rules shared by the CUDA kernels: one place for each number."""
 import functools
+import math
 import weakref
 
 import numpy as np
@@ -148,12 +149,13 @@ def hp_nnz_per_warp(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1):
 # Kernel launch.  ``kernel[grid, block, stream](*args)`` re-types every argument and
 # wraps every array on each call (about 30-40 us per launch from Python on an H100, see
 # tools/profile_call.py).  Once a kernel has exactly one compiled signature, ``run``
-# packs the arguments itself in Numba's kernel ABI and calls cuda.core's ``launch``.
+# writes the arguments itself, in Numba's kernel ABI, into a parameter buffer kept per
+# kernel and calls the driver's cuLaunchKernel through ctypes (a few microseconds).
 # It falls back to the ordinary launch on the simulator, on machines with several GPUs
-# (one compiled module per context), and whenever an argument does not match.
+# (one compiled module per context), whenever an argument does not match, and after
+# any driver error (Numba's launch then reports it).
 
 _fast_launch = {}
-_launch_configs = {}
 
 
 def run(kernel, grid, block, stream, *args):
@@ -162,67 +164,101 @@ def run(kernel, grid, block, stream, *args):
     if entry is not None and entry.launch(grid, block, stream, args):
         return
     kernel[grid, block, stream](*args)
-    if entry is None and _fast_launch_allowed() and len(kernel.overloads) == 1:
+    if entry is None and _driver() is not None and len(kernel.overloads) == 1:
         _fast_launch[kernel] = _FastLaunch(next(iter(kernel.overloads.values())))
 
 
 @functools.lru_cache(maxsize=None)
-def _fast_launch_allowed():
+def _driver():
+    """The driver's cuLaunchKernel and cuMemsetD8Async (cuda.bindings, which numba-cuda
+    depends on), or None where they are not to be used: the simulator, several GPUs."""
     from numba.cuda import config
 
     if config.ENABLE_CUDASIM:
-        return False
+        return None
     try:
-        from cuda.core import LaunchConfig, launch  # noqa: F401
-
-        return len(cuda.gpus) == 1
-    except Exception:  # an older numba-cuda or cuda.core: keep Numba's launch
-        return False
+        if len(cuda.gpus) != 1:
+            return None
+        from cuda.bindings import driver
+    except Exception:  # no driver or an older binding: keep Numba's launch (which will say why)
+        return None
+    return driver.cuLaunchKernel, driver.cuMemsetD8Async
 
 
 class _FastLaunch:
-    """Argument packing for one compiled kernel (Numba's ABI: an array is meminfo, parent,
-    nitems, itemsize, data pointer, shape..., strides...; scalars as C values)."""
+    """The parameter buffer of one compiled kernel.  Numba's ABI passes an array as the
+    fields meminfo, parent, nitems, itemsize, data pointer, shape..., strides... (one kernel
+    parameter each) and a scalar as its C value; every parameter here gets an 8-byte slot,
+    and the driver gets the slots' addresses (``kernelParams``)."""
 
     def __init__(self, compiled):
         import ctypes
+        import threading
 
         from numba.core import types
         from numba.np import numpy_support
 
-        self.kernel = compiled._codelibrary.get_cufunc().kernel
+        self.function = int(compiled._codelibrary.get_cufunc().handle)
         self.kinds = []
+        n_slots = 0
         for ty in compiled.argument_types:
             if isinstance(ty, types.Array) and ty.layout == "C":
-                self.kinds.append(("array", numpy_support.as_dtype(ty.dtype), ty.ndim))
+                self.kinds.append(("array", (numpy_support.as_dtype(ty.dtype), ty.ndim)))
+                n_slots += 5 + 2 * ty.ndim
             elif isinstance(ty, types.Integer):
-                self.kinds.append(("scalar", getattr(ctypes, f"c_{ty}"), int))
+                self.kinds.append(("int", (1 << ty.bitwidth) - 1))
+                n_slots += 1
             elif ty in (types.float32, types.float64):
-                self.kinds.append(("scalar", ctypes.c_float if ty == types.float32 else ctypes.c_double, float))
+                self.kinds.append(("float", _float_bits(ty.bitwidth)))
+                n_slots += 1
             else:
-                self.kinds.append(("unsupported", None, None))
+                self.kinds.append(("unsupported", None))
+        self.slots = (ctypes.c_uint64 * n_slots)()
+        base = ctypes.addressof(self.slots)
+        self.params = (ctypes.c_void_p * n_slots)(*range(base, base + 8 * n_slots, 8))
+        self.params_address = ctypes.addressof(self.params)
+        self.lock = threading.Lock()  # the driver reads the slots without holding the GIL
+        self.enabled = True
 
     def launch(self, grid, block, stream, args):
         """Launch and return True, or return False (nothing launched) if an argument differs."""
-        from cuda.core import LaunchConfig, launch
-
-        packed = []
-        for (kind, a, b), value in zip(self.kinds, args):
+        if not self.enabled:
+            return False
+        values = []
+        for (kind, expected), value in zip(self.kinds, args):
             if kind == "array":
-                fields = _array_fields(value)
-                if fields is None or value.dtype != a or value.ndim != b or not value.is_c_contiguous():
+                abi = kernel_abi(value)
+                if abi is None or abi[0] != expected:
                     return False
-                packed += fields
-            elif kind == "scalar" and isinstance(value, (int, float, np.integer, np.floating)):
-                packed.append(a(b(value)))
+                values += abi[1]
+            elif kind == "int" and isinstance(value, (int, np.integer)):
+                values.append(int(value) & expected)
+            elif kind == "float" and isinstance(value, (int, float, np.integer, np.floating)):
+                values.append(expected(value))
             else:
                 return False
-        key = (grid, block)
-        config = _launch_configs.get(key)
-        if config is None:
-            config = _launch_configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=0)
-        launch(_core_stream(stream), config, self.kernel, *packed)
+        gx, gy, gz = _dim3(grid)
+        bx, by, bz = _dim3(block)
+        with self.lock:
+            self.slots[:] = values
+            (err,) = _driver()[0](self.function, gx, gy, gz, bx, by, bz, 0, stream_handle(stream),
+                                  self.params_address, 0)
+        if err:
+            self.enabled = False  # e.g. no current context on this thread: Numba's launch from now on
+            return False
         return True
+
+
+def _dim3(dims):
+    return (tuple(dims) + (1, 1))[:3] if isinstance(dims, (tuple, list)) else (dims, 1, 1)
+
+
+def _float_bits(bits):
+    import struct
+
+    pack, unpack = (struct.Struct("<f").pack, struct.Struct("<I").unpack) if bits == 32 else \
+        (struct.Struct("<d").pack, struct.Struct("<Q").unpack)
+    return lambda x: unpack(pack(x))[0]
 
 
 def _device_pointer(array):
@@ -235,43 +271,52 @@ def _device_pointer(array):
     return None
 
 
-_numba_array_fields = weakref.WeakKeyDictionary()  # a Numba array's fields never change
+_numba_array_abi = weakref.WeakKeyDictionary()  # a Numba array's description never changes
 
 
-def _array_fields(array):
-    """The kernel-ABI fields of a device array (meminfo, parent, nitems, itemsize, data
-    pointer, shape..., strides...), or None when ``array`` is not one."""
-    pointer = getattr(array, "ptr", None)  # a DeviceView: made per call, cheap to read
-    if pointer is not None:
-        return [0, 0, array.size, array.dtype.itemsize, pointer, *array.shape, *array.strides]
+def kernel_abi(array):
+    """((dtype, ndim), kernel-ABI fields) of a C-contiguous device array, the fields being
+    meminfo, parent, nitems, itemsize, data pointer, shape..., strides...; None for anything
+    else (a strided array, a host array)."""
+    abi = getattr(array, "abi", None)  # a DeviceView describes itself once
+    if abi is not None:
+        return abi
     try:
-        fields = _numba_array_fields.get(array)
+        abi = _numba_array_abi.get(array, False)
     except TypeError:  # not weak-referenceable: not a Numba array
         return None
-    if fields is None:
+    if abi is False:
         pointer = _device_pointer(array)
-        if pointer is None:
-            return None
-        fields = [0, 0, array.size, array.dtype.itemsize, pointer, *array.shape, *array.strides]
-        _numba_array_fields[array] = fields
-    return fields
+        abi = None
+        if pointer is not None and array.is_c_contiguous():
+            abi = abi_of(pointer, array.shape, array.strides, array.dtype)
+        _numba_array_abi[array] = abi
+    return abi
 
 
-_core_streams = {}
+def abi_of(pointer, shape, strides, dtype):
+    """The kernel_abi description of a C-contiguous array."""
+    return (dtype, len(shape)), [0, 0, math.prod(shape), dtype.itemsize, pointer, *shape, *strides]
 
 
-def _core_stream(stream):
-    """cuda.core's view of a Numba stream (or 0), made once per stream object."""
-    entry = _core_streams.get(id(stream))
+_stream_handles = {}
+
+
+def stream_handle(stream):
+    """The driver handle of a Numba stream (0: the default stream), read once per stream."""
+    if not stream:
+        return 0
+    if not hasattr(stream, "handle"):  # the simulator's streams
+        return id(stream)
+    entry = _stream_handles.get(id(stream))
     if entry is not None and entry[0] is stream:
         return entry[1]
-    from numba.cuda.cudadrv.driver import _to_core_stream
-
-    if len(_core_streams) > 64:  # callers making a new stream per call: do not grow without end
-        _core_streams.clear()
-    core = _to_core_stream(stream)
-    _core_streams[id(stream)] = (stream, core)  # holding the stream keeps its id unique
-    return core
+    if len(_stream_handles) > 64:  # callers making a new stream per call: do not grow without end
+        _stream_handles.clear()
+    handle = getattr(stream.handle, "value", stream.handle)  # a ctypes pointer or a binding's handle
+    handle = int(handle or 0)
+    _stream_handles[id(stream)] = (stream, handle)  # holding the stream keeps its id unique
+    return handle
 
 
 def zero(array, stream=0):
@@ -279,11 +324,10 @@ def zero(array, stream=0):
     kernel launch).  Returns False, doing nothing, where the driver call is unavailable
     (the simulator)."""
     pointer = _device_pointer(array)
-    if not pointer or not _fast_launch_allowed():
+    driver = _driver()
+    if not pointer or driver is None:
         return False
-    from cuda.bindings import driver
-
-    (err,) = driver.cuMemsetD8Async(pointer, 0, array.size * array.dtype.itemsize, _core_stream(stream).handle)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuMemsetD8Async failed: {err}")
+    (err,) = driver[1](pointer, 0, array.size * array.dtype.itemsize, stream_handle(stream))
+    if err:
+        raise RuntimeError(f"cuMemsetD8Async failed with CUDA error {err}")
     return True

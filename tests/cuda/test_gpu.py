@@ -143,3 +143,4 @@ def test_torch_operands_compile_for_contiguous_arrays_and_take_the_fast_launch()
     layouts = {getattr(t, "layout", "C") for signature in kernel.overloads for t in signature}
     assert layouts == {"C"}
     assert kernel in launch._fast_launch
+

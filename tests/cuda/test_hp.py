@@ -94,3 +94,28 @@ def test_hp_sddmm_matches_reference(A, k, nnz_per_warp, dtype, index_dtype, seed
     out = cuda.to_device(np.full(dev.nnz, np.nan, dtype))  # poisoned
     hp.sddmm_hp(dev, cuda.to_device(X), cuda.to_device(Y), out, nnz_per_warp=nnz_per_warp)
     assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), dtype)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_split_rows_over_several_column_tiles_and_repeated_calls(reduce):
+    """A row split into many 3-entry groups, in each of two column tiles; the second call on
+    the same CSR (cached launch plan) is right too."""
+    rng = np.random.default_rng()
+    dense = np.zeros((7, 40))
+    dense[0, :2] = rng.standard_normal(2)
+    dense[2] = rng.standard_normal(40)
+    dense[3, 5:9] = rng.standard_normal(4)
+    dense[5, 30:] = rng.standard_normal(10)
+    A = sp.csr_matrix(dense)
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    for _ in range(2):
+        B = random_dense(rng, (40, 44), np.float32)  # 44 columns: 2 tiles of 4 lanes x 2 float4
+        C = cuda.to_device(np.full((7, 44), np.nan, np.float32))
+        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=3, lanes=4)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+
+
+def test_zero_nnz_gives_zeros():
+    A = sp.csr_matrix((5, 6), dtype=np.float32)
+    C = run_hp(A, random_dense(np.random.default_rng(), (6, 8), np.float32), "max")
+    assert np.all(C == 0)

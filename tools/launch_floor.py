@@ -1,0 +1,71 @@
+"""How long does one kernel launch take from Python on this machine?  Run on a GPU machine:
+    python tools/launch_floor.py
+Per-call microseconds (back to back, 2000 calls) of an empty Numba kernel launched through
+Numba, through ``launch.run``, of a bare cuLaunchKernel (cuda.bindings and ctypes) and
+cuMemsetD8Async, and of a tiny torch op: the floor under any host path."""
+import ctypes
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from numba import cuda  # noqa: E402
+
+from numbasparse.cuda import launch  # noqa: E402
+
+
+def per_call_us(fn, n=2000):
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+@cuda.jit
+def empty(x):
+    pass
+
+
+@cuda.jit
+def many(a, b, c, d, e, n):
+    pass
+
+
+x = cuda.device_array(16, np.float32)
+arrays = [cuda.device_array((16, 16), np.float32) for _ in range(5)]
+launch.run(empty, 1, 32, 0, x)
+launch.run(many, 1, 32, 0, *arrays, 3)
+entry = launch._fast_launch[empty]
+_, memset = launch._driver()
+handle = entry.function
+entry.slots[:] = launch.kernel_abi(x)[1]
+t = torch.zeros(16, device="cuda")
+rows = {
+    "numba empty[1, 32](x)": lambda: empty[1, 32](x),
+    "launch.run(empty, x)": lambda: launch.run(empty, 1, 32, 0, x),
+    "launch.run(many, 5 arrays + int)": lambda: launch.run(many, 1, 32, 0, *arrays, 3),
+    "cuMemsetD8Async 64 B": lambda: memset(launch._device_pointer(x), 0, 64, 0),
+    "torch t.add_(1)": lambda: t.add_(1),
+    "torch.empty(1000, 64)": lambda: torch.empty(1000, 64, device="cuda"),
+}
+try:
+    from cuda.bindings import driver
+
+    ptr = ctypes.addressof(entry.params)
+    rows["cuda.bindings cuLaunchKernel"] = lambda: driver.cuLaunchKernel(handle, 1, 1, 1, 32, 1, 1, 0, 0, ptr, 0)
+    lib = ctypes.CDLL("libcuda.so.1")
+    raw = lib.cuLaunchKernel
+    raw.restype = ctypes.c_int
+    raw.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    rows["ctypes cuLaunchKernel (params ready)"] = lambda: raw(handle, 1, 1, 1, 32, 1, 1, 0, 0, ptr, None)
+except Exception as exc:  # noqa: BLE001
+    print("driver:", exc)
+for name, f in rows.items():
+    print(f"{name:<40} {per_call_us(f):7.2f} us")
