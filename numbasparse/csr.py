@@ -60,6 +60,7 @@ class CSR:
         from numba import cuda
 
         self._host = host
+        self._shape, self._nnz, self._dtype = host.shape, int(host.nnz), host.dtype  # asked on every call
         self._derived = {}  # device data built from this pattern once (e.g. HC-SpMM's row windows)
         self._values_on_device_only = False  # True for with_values(): _host holds the pattern only
         self.indptr = cuda.to_device(host.indptr)
@@ -77,15 +78,15 @@ class CSR:
 
     @property
     def shape(self):
-        return self._host.shape
+        return self._shape
 
     @property
     def nnz(self):
-        return self._host.nnz
+        return self._nnz
 
     @property
     def dtype(self):
-        return self._host.dtype
+        return self._dtype
 
     @property
     def index_dtype(self):

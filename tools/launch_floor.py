@@ -54,6 +54,8 @@ rows = {
     "cuMemsetD8Async 64 B": lambda: memset(launch._device_pointer(x), 0, 64, 0),
     "torch t.add_(1)": lambda: t.add_(1),
     "torch.empty(1000, 64)": lambda: torch.empty(1000, 64, device="cuda"),
+    "numba event record": lambda: cuda.event().record(),
+    "torch event record": lambda: torch.cuda.Event(enable_timing=True).record(),
 }
 try:
     from cuda.bindings import driver

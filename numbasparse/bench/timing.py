@@ -1,29 +1,56 @@
 """Timing with warm-up and medians: CUDA events on the GPU, a host clock on the CPU."""
+import sys
 import time
 
 import numpy as np
 
 
 def time_cuda(fn, *, warmup=3, repeat=20):
-    """Median milliseconds of ``fn()`` between CUDA events on the default stream.
+    """Median milliseconds of ``fn()`` between CUDA events on the default stream, each call
+    started on an idle GPU (so a call's host time before its last launch counts too).
 
     ``fn`` must launch its work on the default stream (Numba's launches do when given no
-    stream).  Returns (median_ms, all_ms).
+    stream, numbasparse's on torch's current stream).  The events are PyTorch's when it is
+    imported and has a GPU (recording one costs a few microseconds; Numba's, used otherwise,
+    more, and the stop event's cost is timed too).  Returns (median_ms, all_ms).
     """
-    from numba import cuda
-
+    event, synchronize = _events()
     for _ in range(warmup):
         fn()
-    cuda.synchronize()
+    synchronize()
     times = []
     for _ in range(repeat):
-        start, stop = cuda.event(), cuda.event()
+        start, stop = event(), event()
         start.record()
         fn()
         stop.record()
         stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop))
+        times.append(start.elapsed_time(stop))
     return float(np.median(times)), times
+
+
+def _events():
+    """(make an event, synchronize the device): PyTorch's if it is imported (the benchmark
+    does; the library never imports it for this) and has a GPU, else Numba's."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return (lambda: torch.cuda.Event(enable_timing=True)), torch.cuda.synchronize
+    from numba import cuda
+
+    class NumbaEvent:
+        def __init__(self):
+            self.event = cuda.event()
+
+        def record(self):
+            self.event.record()
+
+        def synchronize(self):
+            self.event.synchronize()
+
+        def elapsed_time(self, stop):
+            return cuda.event_elapsed_time(self.event, stop.event)
+
+    return NumbaEvent, cuda.synchronize
 
 
 def time_host(fn, *, warmup=1, repeat=10):
