@@ -2,8 +2,8 @@
 import json
 import math
 
-COLUMNS = ("graph", "nnz", "op", "reduce", "n", "impl", "ms", "call_ms", "kernel_ms", "floor_ms", "of_floor",
-           "gbs", "gflops", "speedup", "kernel_speedup", "prep_s", "payoff_calls", "error", "status")
+COLUMNS = ("graph", "nnz", "op", "reduce", "n", "impl", "ms", "call_ms", "b2b_ms", "kernel_ms", "floor_ms",
+           "of_floor", "gbs", "gflops", "speedup", "b2b_speedup", "kernel_speedup", "prep_s", "payoff_calls", "error", "status")
 
 
 def _fmt(value):
@@ -38,10 +38,16 @@ def geomean_speedups(rows, key="speedup"):
 
 
 def summary(rows):
-    lines = ["op     impl                      geomean speedup   min    cases   kernel-time geomean   min  cases"]
+    """Geometric-mean and minimum speedups per (op, impl): per call on an idle GPU (events,
+    host time included), back to back (``b2b``), and by kernel time (CUPTI)."""
+    lines = ["op     impl                      geomean speedup   min    cases   back-to-back geomean   min"
+             "   kernel-time geomean   min  cases"]
+    b2b = geomean_speedups(rows, "b2b_speedup")
     kernel = geomean_speedups(rows, "kernel_speedup")
     for (op, impl), (g, lo, n) in geomean_speedups(rows).items():
         line = f"{op:<6} {impl:<25} {g:>15.3f} {lo:>6.3f} {n:>7}"
+        bg, blo, _ = b2b.get((op, impl), (float("nan"),) * 3)
+        line += f"   {bg:>20.3f} {blo:>5.3f}"
         if (op, impl) in kernel:
             kg, klo, kn = kernel[(op, impl)]
             line += f"   {kg:>19.3f} {klo:>5.3f} {kn:>6}"

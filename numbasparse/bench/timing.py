@@ -29,6 +29,26 @@ def time_cuda(fn, *, warmup=3, repeat=20):
     return float(np.median(times)), times
 
 
+def time_cuda_back_to_back(fn, *, calls=20, warmup=3, repeat=5):
+    """Median milliseconds per call of ``calls`` calls of ``fn()`` issued back to back between
+    two events (as a training loop issues them: one call's host work overlaps the previous
+    call's kernels, so this is max(host time, GPU time) per call).  Returns (median_ms, all_ms)."""
+    event, synchronize = _events()
+    for _ in range(warmup):
+        fn()
+    synchronize()
+    times = []
+    for _ in range(repeat):
+        start, stop = event(), event()
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / calls)
+    return float(np.median(times)), times
+
+
 def _events():
     """(make an event, synchronize the device): PyTorch's if it is imported (the benchmark
     does; the library never imports it for this) and has a GPU, else Numba's."""
