@@ -11,14 +11,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .csr import check_value_dtype
+from .cuda.launch import abi_of
 
 
 class DeviceView:
     """A foreign CUDA array (CuPy, PyTorch, ...) seen through ``__cuda_array_interface__``:
     pointer, shape, strides and dtype, no copy.  Cheaper to make than a Numba device array;
-    kernels accept it directly (it exports the interface again)."""
+    kernels accept it directly (it exports the interface again, and ``abi`` is how the fast
+    launch passes it: :func:`numbasparse.cuda.launch.kernel_abi`, None when not C-contiguous)."""
 
-    __slots__ = ("owner", "ptr", "shape", "strides", "dtype", "ndim", "size", "nbytes", "_contiguous", "_abi")
+    __slots__ = ("owner", "ptr", "shape", "strides", "dtype", "ndim", "size", "nbytes", "_contiguous", "abi")
 
     def __init__(self, owner, interface):
         self.owner = owner  # keeps the memory alive
@@ -51,25 +53,15 @@ class DeviceView:
         self.ndim = len(shape)
         self.size = math.prod(shape)
         self.nbytes = self.size * dtype.itemsize
-        self._abi = None
         c_strides = _c_strides(shape, dtype.itemsize)
         if strides is None:
             self.strides = c_strides
             self._contiguous = True
-            return
-        self.strides = strides
-        self._contiguous = self.size <= 1 or all(
-            st == cs for st, cs, n in zip(strides, c_strides, shape) if n > 1)
-
-    @property
-    def abi(self):
-        """How a kernel receives this array (:func:`numbasparse.cuda.launch.kernel_abi`);
-        None when it is not C-contiguous."""
-        if self._abi is None and self._contiguous:
-            from .cuda.launch import abi_of
-
-            self._abi = abi_of(self.ptr, self.shape, self.strides, self.dtype)
-        return self._abi
+        else:
+            self.strides = strides
+            self._contiguous = self.size <= 1 or all(
+                st == cs for st, cs, n in zip(strides, c_strides, shape) if n > 1)
+        self.abi = abi_of(ptr, shape, self.strides, dtype, self.size) if self._contiguous else None
 
     def is_c_contiguous(self):
         return self._contiguous

@@ -236,12 +236,16 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None):
     if A.nnz == 0:
         return
     k_dim = X.shape[1]
-    vec = launch.vector_width(k_dim, X.dtype.itemsize, X, Y)
-    group = 1
-    while group < WARP and group * vec < k_dim:
-        group *= 2
-    if nnz_per_warp is None:
-        nnz_per_warp = launch.hp_nnz_per_warp(A.nnz, 1)
-    kernel = sddmm_hp_kernel(vec, group, out.dtype.str)
-    grid = launch.cdiv(launch.cdiv(A.nnz, nnz_per_warp), launch.HP_WARPS_PER_BLOCK)
+    key = ("sddmm_hp", k_dim, out.dtype.str, min(launch.alignment(X), launch.alignment(Y)), nnz_per_warp)
+    plan = A._derived.get(key)  # repeated calls skip the layout and DTP rules
+    if plan is None:
+        vec = launch.vector_width(k_dim, X.dtype.itemsize, X, Y)
+        group = 1
+        while group < WARP and group * vec < k_dim:
+            group *= 2
+        if nnz_per_warp is None:
+            nnz_per_warp = launch.hp_nnz_per_warp(A.nnz, 1)
+        grid = launch.cdiv(launch.cdiv(A.nnz, nnz_per_warp), launch.HP_WARPS_PER_BLOCK)
+        plan = A._derived[key] = (sddmm_hp_kernel(vec, group, out.dtype.str), grid, nnz_per_warp)
+    kernel, grid, nnz_per_warp = plan
     launch.run(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, A.indptr, A.indices, A.data, X, Y, out, nnz_per_warp)

@@ -1,6 +1,5 @@
 """Launch-configuration rules shared by the CUDA kernels: one place for each number."""
 import functools
-import math
 import weakref
 
 import numpy as np
@@ -289,14 +288,14 @@ def kernel_abi(array):
         pointer = _device_pointer(array)
         abi = None
         if pointer is not None and array.is_c_contiguous():
-            abi = abi_of(pointer, array.shape, array.strides, array.dtype)
+            abi = abi_of(pointer, array.shape, array.strides, array.dtype, array.size)
         _numba_array_abi[array] = abi
     return abi
 
 
-def abi_of(pointer, shape, strides, dtype):
-    """The kernel_abi description of a C-contiguous array."""
-    return (dtype, len(shape)), [0, 0, math.prod(shape), dtype.itemsize, pointer, *shape, *strides]
+def abi_of(pointer, shape, strides, dtype, size):
+    """The kernel_abi description of a C-contiguous array of ``size`` elements."""
+    return (dtype, len(shape)), [0, 0, size, dtype.itemsize, pointer, *shape, *strides]
 
 
 _stream_handles = {}
