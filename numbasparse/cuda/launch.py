@@ -149,7 +149,8 @@ def hp_nnz_per_warp(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1):
 # wraps every array on each call (about 30-40 us per launch from Python on an H100, see
 # tools/profile_call.py).  Once a kernel has exactly one compiled signature, ``run``
 # writes the arguments itself, in Numba's kernel ABI, into a parameter buffer kept per
-# kernel and calls the driver's cuLaunchKernel through ctypes (a few microseconds).
+# kernel and calls the driver's cuLaunchKernel through cuda.bindings (the driver call
+# itself takes ~6 us on the H100 machine, the packing 2-4 us: tools/launch_floor.py).
 # It falls back to the ordinary launch on the simulator, on machines with several GPUs
 # (one compiled module per context), whenever an argument does not match, and after
 # any driver error (Numba's launch then reports it).
@@ -197,6 +198,8 @@ class _FastLaunch:
         from numba.core import types
         from numba.np import numpy_support
 
+        # numba-cuda loads modules as libraries: this is a CUkernel, which cuLaunchKernel takes
+        # in place of a CUfunction (CUDA 12+) and launches in the current context.
         self.function = int(compiled._codelibrary.get_cufunc().handle)
         self.kinds = []
         n_slots = 0
