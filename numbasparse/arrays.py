@@ -77,6 +77,7 @@ class DeviceView:
 
 
 def _c_strides(shape, itemsize):
+    """Byte strides of a C-contiguous array of ``shape``."""
     if len(shape) == 2:
         return (shape[1] * itemsize, itemsize)
     strides = []
@@ -230,7 +231,7 @@ def empty_like_framework(op, shape, dtype):
             result = torch.empty(shape, dtype=torch_dtype, device=tensor.device)
         view = object.__new__(DeviceView)
         view.owner = result
-        view._set(result.data_ptr(), shape, None, np.dtype(dtype))  # new: C-contiguous
+        view._set(result.data_ptr(), tuple(shape), None, np.dtype(dtype))  # new: C-contiguous
         return result, view
     if op.framework == "cupy":
         import cupy
