@@ -5,7 +5,6 @@ Numba, through ``launch.run``, of a bare cuLaunchKernel (cuda.bindings and ctype
 cuMemsetD8Async, and of a tiny torch op: the floor under any host path."""
 import ctypes
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
@@ -14,18 +13,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
+from numbasparse.bench.timing import host_us_per_call  # noqa: E402
 from numbasparse.cuda import launch  # noqa: E402
-
-
-def per_call_us(fn, n=2000):
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 @cuda.jit
@@ -70,4 +59,4 @@ try:
 except Exception as exc:  # noqa: BLE001
     print("driver:", exc)
 for name, f in rows.items():
-    print(f"{name:<40} {per_call_us(f):7.2f} us")
+    print(f"{name:<40} {host_us_per_call(f, calls=2000, warmup=50):7.2f} us")

@@ -15,18 +15,8 @@ from numba import cuda  # noqa: E402
 
 import numbasparse as ns  # noqa: E402
 from numbasparse import arrays, dispatch, graphs  # noqa: E402
+from numbasparse.bench.timing import host_us_per_call  # noqa: E402
 from numbasparse.cuda import hp, launch  # noqa: E402
-
-
-def per_call_us(fn, n=300):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 A = graphs.default_graph()
@@ -73,7 +63,7 @@ def per_call_synced_us(fn, n=200):
 
 
 for name, fn in rows.items():
-    print(f"{name:<36} {per_call_us(fn):8.1f} us back to back, {per_call_synced_us(fn):8.1f} us after a sync")
+    print(f"{name:<36} {host_us_per_call(fn):8.1f} us back to back, {per_call_synced_us(fn):8.1f} us after a sync")
 prof = cProfile.Profile()
 for _ in range(300):
     torch.cuda.synchronize()

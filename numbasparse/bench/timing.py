@@ -14,25 +14,17 @@ def time_cuda(fn, *, warmup=3, repeat=20):
     imported and has a GPU (recording one costs a few microseconds; Numba's, used otherwise,
     more, and the stop event's cost is timed too).  Returns (median_ms, all_ms).
     """
-    event, synchronize = _events()
-    for _ in range(warmup):
-        fn()
-    synchronize()
-    times = []
-    for _ in range(repeat):
-        start, stop = event(), event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return float(np.median(times)), times
+    return _time_between_events(fn, 1, warmup, repeat)
 
 
 def time_cuda_back_to_back(fn, *, calls=20, warmup=3, repeat=5):
     """Median milliseconds per call of ``calls`` calls of ``fn()`` issued back to back between
     two events (as a training loop issues them: one call's host work overlaps the previous
     call's kernels, so this is max(host time, GPU time) per call).  Returns (median_ms, all_ms)."""
+    return _time_between_events(fn, calls, warmup, repeat)
+
+
+def _time_between_events(fn, calls, warmup, repeat):
     event, synchronize = _events()
     for _ in range(warmup):
         fn()
@@ -47,6 +39,21 @@ def time_cuda_back_to_back(fn, *, calls=20, warmup=3, repeat=5):
         stop.synchronize()
         times.append(start.elapsed_time(stop) / calls)
     return float(np.median(times)), times
+
+
+def host_us_per_call(fn, *, calls=300, warmup=20):
+    """Microseconds of host time per call of ``fn()``, ``calls`` calls issued back to back
+    with the device synchronised before and after (for the tools that split a call's host
+    time; on host-bound calls it is the call rate)."""
+    _, synchronize = _events()
+    for _ in range(warmup):
+        fn()
+    synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def _events():
