@@ -78,8 +78,6 @@ class DeviceView:
 
 def _c_strides(shape, itemsize):
     """Byte strides of a C-contiguous array of ``shape``."""
-    if len(shape) == 2:
-        return (shape[1] * itemsize, itemsize)
     strides = []
     step = itemsize
     for n in reversed(shape):
@@ -221,18 +219,10 @@ def empty_like_framework(op, shape, dtype):
     from numba import cuda
 
     if op.framework == "torch":
-        tensor = op.original
-        if op.dtype == dtype:
-            result = tensor.new_empty(shape)  # tensor's dtype and device
-        else:
-            import torch
-
-            torch_dtype = torch.float32 if np.dtype(dtype) == np.float32 else torch.float64
-            result = torch.empty(shape, dtype=torch_dtype, device=tensor.device)
-        view = object.__new__(DeviceView)
-        view.owner = result
-        view._set(result.data_ptr(), tuple(shape), None, np.dtype(dtype))  # new: C-contiguous
-        return result, view
+        dtype = np.dtype(dtype)
+        torch_dtype = next(t for t, d in _torch_dtypes().items() if d == dtype)
+        result = op.original.new_empty(shape, dtype=torch_dtype)  # on the operand's device
+        return result, DeviceView.of_torch(result)
     if op.framework == "cupy":
         import cupy
 

@@ -2,10 +2,10 @@
 
 The simulator (``NUMBA_ENABLE_CUDASIM=1``) has no ``syncwarp`` and no shuffles, so the
 kernels call these wrappers instead (``syncwarp_lanes(mask)``: a barrier of the lanes in
-``mask`` only, for kernels whose lane groups run loops of different lengths).  On a GPU they are the hardware instructions.  On
-the simulator a warp barrier becomes a block barrier over the threads still running
-(stronger than needed, so it is still correct), and a shuffle exchanges values through a
-per-block table between two such barriers.
+``mask`` only, for kernels whose lane groups run loops of different lengths).  On a GPU they
+are the hardware instructions.  On the simulator a warp barrier becomes a block barrier over
+the threads still running (stronger than needed, so it is still correct), and a shuffle
+exchanges values through a per-block table between two such barriers.
 """
 import threading
 

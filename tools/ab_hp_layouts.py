@@ -1,5 +1,5 @@
 """A/B of HP-SpMM lane layouts (lanes, vec, cf) by kernel time (CUPTI), best of 3.
-    python tools/ab_hp.py GRAPH..."""
+    python tools/ab_hp_layouts.py GRAPH...  (wrote benchmarks/results/h100-2026-11-23c/ab_layouts.txt)"""
 import sys
 from pathlib import Path
 
