@@ -5,6 +5,7 @@ result is allocated by the operand's own framework (CuPy in, CuPy out; PyTorch i
 PyTorch out), which is imported only when such an array is passed.  Kernels are launched
 on the framework's current stream, so they are ordered with the caller's other work.
 """
+import functools
 import math
 from dataclasses import dataclass
 
@@ -51,9 +52,8 @@ class DeviceView:
         self.shape = shape
         self.dtype = dtype
         self.ndim = len(shape)
-        self.size = math.prod(shape)
+        self.size, c_strides = _c_layout(shape, dtype.itemsize)
         self.nbytes = self.size * dtype.itemsize
-        c_strides = _c_strides(shape, dtype.itemsize)
         if strides is None:
             self.strides = c_strides
             self._contiguous = True
@@ -76,14 +76,16 @@ class DeviceView:
                 "data": (self.ptr, False), "version": 3, "stream": None}
 
 
-def _c_strides(shape, itemsize):
-    """Byte strides of a C-contiguous array of ``shape``."""
+@functools.lru_cache(maxsize=256)
+def _c_layout(shape, itemsize):
+    """(element count, byte strides) of a C-contiguous array of ``shape`` (cached: views of
+    the same shapes are made on every call)."""
     strides = []
     step = itemsize
     for n in reversed(shape):
         strides.append(step)
         step *= n
-    return tuple(reversed(strides))
+    return math.prod(shape), tuple(reversed(strides))
 
 
 _TORCH_DTYPES = {}  # torch dtype -> NumPy dtype, filled when torch is first seen
@@ -219,10 +221,12 @@ def empty_like_framework(op, shape, dtype):
     from numba import cuda
 
     if op.framework == "torch":
-        dtype = np.dtype(dtype)
-        torch_dtype = next(t for t, d in _torch_dtypes().items() if d == dtype)
-        result = op.original.new_empty(shape, dtype=torch_dtype)  # on the operand's device
-        return result, DeviceView.of_torch(result)
+        tensor = op.original
+        if np.dtype(dtype) == op.dtype:  # new_empty without dtype= is a third cheaper
+            result = tensor.new_empty(shape)
+        else:
+            result = tensor.new_empty(shape, dtype=next(t for t, d in _torch_dtypes().items() if d == dtype))
+        return result, DeviceView.of_torch(result)  # on the operand's device
     if op.framework == "cupy":
         import cupy
 

@@ -63,6 +63,7 @@ class CSR:
         self._shape, self._nnz, self._dtype = host.shape, int(host.nnz), host.dtype  # asked on every call
         self._derived = {}  # device data built from this pattern once (e.g. HC-SpMM's row windows)
         self._values_on_device_only = False  # True for with_values(): _host holds the pattern only
+        self._bound = {}  # kernel launches with this matrix's arrays packed (launch.bind)
         self.indptr = cuda.to_device(host.indptr)
         self.indices = cuda.to_device(host.indices)
         self.data = cuda.to_device(host.data)
@@ -119,6 +120,7 @@ class CSR:
         other = object.__new__(CSR)
         other.__dict__.update(self.__dict__)
         other.data = v.array
+        other._bound = {}  # bound launches hold the data pointer: not shared
         other._values_on_device_only = True
         return other
 

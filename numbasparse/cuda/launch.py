@@ -153,7 +153,9 @@ def hp_nnz_per_warp(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1):
 # itself takes ~6 us on the H100 machine, the packing 2-4 us: tools/launch_floor.py).
 # It falls back to the ordinary launch on the simulator, on machines with several GPUs
 # (one compiled module per context), whenever an argument does not match, and after
-# any driver error (Numba's launch then reports it).
+# any driver error (Numba's launch then reports it).  ``bind`` goes one step further for
+# launchers called again and again on one matrix: the arguments are packed once and a
+# call writes only the data pointers of the dense operands.
 
 _fast_launch = {}
 
@@ -222,33 +224,93 @@ class _FastLaunch:
         self.lock = threading.Lock()  # the driver reads the slots without holding the GIL
         self.enabled = True
 
-    def launch(self, grid, block, stream, args):
-        """Launch and return True, or return False (nothing launched) if an argument differs."""
-        if not self.enabled:
-            return False
+    def pack(self, args):
+        """The slot values of ``args``, or None if an argument does not match the signature."""
         values = []
         for (kind, expected), value in zip(self.kinds, args):
             if kind == "array":
                 abi = kernel_abi(value)
                 if abi is None or abi[0] != expected:
-                    return False
+                    return None
                 values += abi[1]
             elif kind == "int" and isinstance(value, (int, np.integer)):
                 values.append(int(value) & expected)
             elif kind == "float" and isinstance(value, (int, float, np.integer, np.floating)):
                 values.append(expected(value))
             else:
-                return False
-        gx, gy, gz = _dim3(grid)
-        bx, by, bz = _dim3(block)
+                return None
+        return values
+
+    def launch(self, grid, block, stream, args):
+        """Launch and return True, or return False (nothing launched) if an argument differs."""
+        values = self.pack(args) if self.enabled else None
+        if values is None:
+            return False
         with self.lock:
             self.slots[:] = values
-            (err,) = _driver()[0](self.function, gx, gy, gz, bx, by, bz, 0, stream_handle(stream),
-                                  self.params_address, 0)
+            return self.call(self.params_address, _dim3(grid), _dim3(block), stream)
+
+    def call(self, params_address, grid, block, stream):
+        """cuLaunchKernel with the parameters at ``params_address`` on ``grid`` x ``block``
+        (3-tuples); False after a driver error."""
+        gx, gy, gz = grid
+        bx, by, bz = block
+        (err,) = _driver()[0](self.function, gx, gy, gz, bx, by, bz, 0, stream_handle(stream), params_address, 0)
         if err:
             self.enabled = False  # e.g. no current context on this thread: Numba's launch from now on
             return False
         return True
+
+    def slot_offsets(self):
+        """Index of each argument's first slot."""
+        offsets, slot = [], 0
+        for kind, expected in self.kinds:
+            offsets.append(slot)
+            slot += 5 + 2 * expected[1] if kind == "array" else 1
+        return offsets
+
+
+class BoundLaunch:
+    """A launch of one kernel with its arguments packed once (:func:`bind`).  A call passes
+    new arrays for the ``variable`` arguments, which must have the bound arrays' dtype and
+    shape (C-contiguous): only their data pointers are written, so the call's host cost is
+    the driver's.  It returns False, launching nothing, when an array does not match or the
+    fast launch is off; the caller then launches through :func:`run`."""
+
+    def __init__(self, fast, grid, block, values, variable, args):
+        import ctypes
+        import threading
+
+        self.fast, self.grid, self.block = fast, _dim3(grid), _dim3(block)
+        self.slots = (ctypes.c_uint64 * len(values))(*values)
+        base = ctypes.addressof(self.slots)
+        self.params = (ctypes.c_void_p * len(values))(*range(base, base + 8 * len(values), 8))
+        self.params_address = ctypes.addressof(self.params)
+        offsets = fast.slot_offsets()
+        # (slot of the data pointer, (dtype, ndim), shape) per variable argument
+        self.variable = [(offsets[i] + 4, fast.kinds[i][1], list(args[i].shape)) for i in variable]
+        self.lock = threading.Lock()
+
+    def __call__(self, stream, *arrays):
+        with self.lock:
+            for (slot, kind, shape), array in zip(self.variable, arrays):
+                abi = kernel_abi(array)
+                if abi is None or abi[0] != kind or abi[1][5:5 + kind[1]] != shape:
+                    return False
+                self.slots[slot] = abi[1][4]
+            return self.fast.enabled and self.fast.call(self.params_address, self.grid, self.block, stream)
+
+
+def bind(kernel, grid, block, args, variable):
+    """A :class:`BoundLaunch` of ``kernel[grid, block](*args)`` whose arguments at the indices
+    ``variable`` change from call to call, or None where the fast launch is unavailable (the
+    simulator, several GPUs, a kernel not yet launched once through :func:`run`, arguments
+    it cannot pack)."""
+    fast = _fast_launch.get(kernel)
+    values = fast.pack(args) if fast is not None and fast.enabled else None
+    if values is None:
+        return None
+    return BoundLaunch(fast, grid, block, values, variable, args)
 
 
 def _dim3(dims):

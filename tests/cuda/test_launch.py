@@ -1,0 +1,81 @@
+"""The fast launch's parameter packing, checked against a recording stand-in for the driver
+(no GPU needed: what reaches cuLaunchKernel is the slot buffer)."""
+import ctypes
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from numba.core import types
+
+from numbasparse.arrays import DeviceView
+from numbasparse.cuda import launch
+
+
+def view(shape, ptr, typestr="<f4"):
+    return DeviceView(None, {"shape": shape, "typestr": typestr, "data": (ptr, False), "version": 3})
+
+
+@pytest.fixture
+def driver(monkeypatch):
+    """Replaces the driver calls; ``calls`` holds (function, grid, block, stream, slot values)."""
+    calls = []
+
+    def cu_launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        pointers = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        slots = [ctypes.c_uint64.from_address(pointers[i]).value for i in range(fast.n_slots)]
+        calls.append((function, (gx, gy, gz), (bx, by, bz), stream, slots))
+        return (0,)
+
+    monkeypatch.setattr(launch, "_driver", lambda: (cu_launch_kernel, None))
+    compiled = SimpleNamespace(
+        _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle=1234)),
+        argument_types=(types.Array(types.int32, 1, "C"), types.Array(types.float32, 2, "C"),
+                        types.Array(types.float32, 2, "C"), types.int64, types.float32))
+    fast = launch._FastLaunch(compiled)
+    fast.n_slots = len(fast.slots)
+    return SimpleNamespace(calls=calls, fast=fast)
+
+
+def test_launch_packs_arrays_in_numba_abi_and_scalars_as_c_values(driver):
+    idx, B, C = view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384)
+    assert driver.fast.launch((2, 3), 128, 0, (idx, B, C, -1, 0.5))
+    function, grid, block, stream, slots = driver.calls[-1]
+    assert (function, grid, block, stream) == (1234, (2, 3, 1), (128, 1, 1), 0)
+    assert slots[:7] == [0, 0, 5, 4, 4096, 5, 4]
+    assert slots[7:16] == [0, 0, 12, 4, 8192, 4, 3, 12, 4]
+    assert slots[25] == 2**64 - 1 and slots[26] == np.float32(0.5).view(np.uint32)
+
+
+def test_launch_refuses_arguments_of_another_type(driver):
+    idx, C = view((5,), 4096, "<i4"), view((4, 3), 16384)
+    assert not driver.fast.launch(1, 32, 0, (idx, view((4, 3), 8192, "<f8"), C, 1, 0.5))
+    strided = DeviceView(None, {"shape": (4, 3), "typestr": "<f4", "data": (8192, False), "strides": (4, 16)})
+    assert not driver.fast.launch(1, 32, 0, (idx, strided, C, 1, 0.5))
+    assert driver.calls == []
+
+
+def test_bound_launch_writes_only_the_new_pointers(driver, monkeypatch):
+    kernel = object()
+    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    idx = view((5,), 4096, "<i4")
+    bound = launch.bind(kernel, (7, 2), 64, (idx, view((4, 3), 8192), view((4, 3), 16384), 9, 1.0),
+                        variable=(1, 2))
+    assert bound(0, view((4, 3), 1 << 20), view((4, 3), 1 << 21))
+    assert driver.fast.launch((7, 2), 64, 0, (idx, view((4, 3), 1 << 20), view((4, 3), 1 << 21), 9, 1.0))
+    (*_, bound_slots), (*_, packed_slots) = driver.calls
+    assert bound_slots == packed_slots and driver.calls[0][1:3] == ((7, 2, 1), (64, 1, 1))
+
+
+@pytest.mark.parametrize("other", [view((5, 3), 1 << 20), view((4, 3), 1 << 20, "<f8"), np.ones((4, 3), np.float32)],
+                         ids=["shape", "dtype", "host array"])
+def test_bound_launch_refuses_an_array_unlike_the_bound_one(driver, monkeypatch, other):
+    kernel = object()
+    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    args = (view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384), 9, 1.0)
+    bound = launch.bind(kernel, 1, 32, args, variable=(1, 2))
+    assert not bound(0, other, view((4, 3), 1 << 21))
+    assert driver.calls == []
+
+
+def test_bind_without_a_fast_launch_gives_none():
+    assert launch.bind(object(), 1, 32, (), variable=()) is None
