@@ -25,12 +25,13 @@ def kernel_configs():
                                    (16, 1, 2), (8, 4, 1), (8, 4, 2), (4, 4, 1), (4, 2, 1)):
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} {reduce} {value}/{index}",
                                 hp.spmm_hp_kernel(code, lanes, vec, cf, value, index),
-                                (*csr, V[:, ::1], V[:, ::1], numba.int64)))
-        configs.append((f"fill_rows {value}", hp.fill_rows_kernel(value), (I[::1], V[:, ::1], V, V)))
+                                (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64)))
+        configs.append((f"zero_fill {value}", hp.zero_fill_kernel(value), (V[:, ::1],)))
+        configs.append((f"fill_rows {value}/{index}", hp.fill_rows_kernel(value, index), (I[::1], I[::1], V[:, ::1], V, V)))
         for vec, group in ((1, 1), (4, 8), (4, 32), (2, 32)):
             configs.append((f"sddmm_hp vec={vec} group={group} {value}/{index}",
                             hp.sddmm_hp_kernel(vec, group, value),
-                            (*csr, V[:, ::1], V[:, ::1], V[::1], numba.int64)))
+                            (*csr, I[::1], V[:, ::1], V[:, ::1], V[::1], numba.int64)))
         configs.append((f"sddmm_warp_row {value}/{index}", sddmm_warp.sddmm_warp_row_kernel(value),
                         (*csr, V[:, ::1], V[:, ::1], V[::1])))
         windows = (numba.int64[::1],) * 6 + (numba.boolean[::1],)

@@ -4,8 +4,9 @@ Every warp (for SpMM: every lane group of a warp) gets the same number of nonzer
 Dynamic Task Partition in :func:`numbasparse.cuda.launch.hp_nnz_per_warp`, whatever rows they fall in,
 so a heavy row is spread over many warps and light rows are packed into one: edge-parallel
 balance with node-parallel accumulation.  Unlike the paper's hybrid CSR/COO format, no COO
-row array is stored: a warp finds its first row by binary search in ``indptr`` and then
-walks ``indptr`` as its nonzeros cross row ends.
+row array is stored: the row of each segment's first nonzero is found once on the host
+(:func:`segment_rows`, one entry per segment) and a warp walks ``indptr`` from there as its
+nonzeros cross row ends.
 """
 import functools
 
@@ -14,15 +15,15 @@ import numpy as np
 from numba import cuda
 
 from . import launch, reductions
-from .intrinsics import shfl_down, syncwarp_lanes, vector_load
+from .intrinsics import shfl_down, syncblock, syncwarp_lanes, vector_load
 
 WARP = launch.WARP_SIZE
 
 
 @cuda.jit(device=True, inline="always")
-def first_row(indptr, n_rows, position):
-    """The row holding nonzero ``position``: smallest r with indptr[r + 1] > position."""
-    lo, hi = 0, n_rows - 1
+def first_row(indptr, lo, hi, position):
+    """The row holding nonzero ``position``: smallest r in [lo, hi] with indptr[r + 1] > position
+    (the caller knows it lies there)."""
     while lo < hi:
         mid = (lo + hi) // 2
         if indptr[mid + 1] <= position:
@@ -32,20 +33,56 @@ def first_row(indptr, n_rows, position):
     return lo
 
 
+def segment_rows(A, nnz_per_segment):
+    """Device array: the row holding the first nonzero of each segment of ``nnz_per_segment``
+    nonzeros (A's index dtype), found on the host once per sparsity pattern and segment size,
+    so that a warp need not binary-search ``indptr`` (a chain of ~log2(M) dependent loads,
+    most of a short segment's time) to find where its work starts."""
+    key = ("segment_rows", nnz_per_segment)
+    rows = A._derived.get(key)
+    if rows is None:
+        starts = np.arange(0, A.nnz, nnz_per_segment, dtype=np.int64)
+        rows = np.searchsorted(A._host.indptr, starts, side="right") - 1
+        rows = A._derived[key] = cuda.to_device(rows.astype(A.index_dtype))
+    return rows
+
+
 @functools.lru_cache(maxsize=None)
-def fill_rows_kernel(value_dtype):
-    """``C[i, :] = empty`` for rows without entries and ``nonempty`` for the others.
+def zero_fill_kernel(value_dtype):
+    """``C[:, :] = 0`` where the driver's memset is not available (the simulator), one
+    dispatcher per dtype (the fast launch takes kernels of one signature).
     Thread mapping: one thread per element of C, grid-stride."""
 
     @cuda.jit
-    def fill_rows(indptr, C, empty, nonempty):
+    def zero_fill(C):
         n = C.shape[1]
-        start = cuda.grid(1)
-        for e in range(start, C.shape[0] * n, cuda.gridsize(1)):
+        for e in range(cuda.grid(1), C.shape[0] * n, cuda.gridsize(1)):
             i = e // n
-            C[i, e - i * n] = empty if indptr[i + 1] == indptr[i] else nonempty
+            C[i, e - i * n] = 0
+
+    return zero_fill
+
+
+@functools.lru_cache(maxsize=None)
+def fill_rows_kernel(value_dtype, index_dtype):
+    """``C[i, :] = empty`` for the rows i listed in ``rows`` that have no entries, ``nonempty``
+    for the others.  Thread mapping: one thread per element of the listed rows, grid-stride."""
+
+    @cuda.jit
+    def fill_rows(rows, indptr, C, empty, nonempty):
+        n = C.shape[1]
+        for e in range(cuda.grid(1), rows.shape[0] * n, cuda.gridsize(1)):
+            r = e // n
+            i = rows[r]
+            C[i, e - r * n] = empty if indptr[i + 1] == indptr[i] else nonempty
 
     return fill_rows
+
+
+def _fill_grid(n_elements):
+    """(blocks, threads) of the grid-stride fill kernels."""
+    threads = 256
+    return min(launch.cdiv(n_elements, threads), launch.device_limits()[0] * 16), threads
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,6 +99,14 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
     accumulates per row in registers and, at each row switch, stores the row (if the group
     owned all of it) or combines it atomically into C (if the row is split across groups; C
     was pre-filled with the reduction's identity).
+
+    For max and min (float atomics there are compare-and-swap loops, slow under contention)
+    the groups of a thread block merge split rows through shared memory: a group whose first
+    row began in an earlier group of the block leaves its partial there; after a block
+    barrier the group holding the row's first part in the block combines the partials of
+    the groups after it and stores the row, or, for a row crossing a block boundary (and so
+    pre-filled, :func:`prefill_rows`), combines it atomically: one atomic per block, not per
+    group.
     """
     warps = launch.HP_WARPS_PER_BLOCK
     groups = WARP // lanes
@@ -76,6 +121,10 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
     width = vec * cf
     group_mask = (1 << lanes) - 1 if lanes < WARP else 0xFFFFFFFF
     MEAN, MAX, MIN = reductions.MEAN, reductions.MAX, reductions.MIN
+    merge = merges_in_block(reduce_code)
+    block_groups = warps * groups
+    merge_size = block_groups * tile if merge else 1  # one partial row tile per group
+    merge_rows_size = block_groups if merge else 1
 
     @cuda.jit(device=True, inline="always")
     def flush(C, row, j, acc, count, owned):
@@ -95,80 +144,130 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
                     else:
                         cuda.atomic.add(C, (row, col), x)
 
+    @cuda.jit(device=True, inline="always")
+    def leave_partial(partials, slot, acc):
+        for v in range(width):
+            partials[slot + v] = acc[v]
+
     @cuda.jit
-    def spmm_hp(indptr, indices, data, B, C, nnz_per_group):
+    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group):
         lane = cuda.threadIdx.x % WARP
         g = lane // lanes
         glane = lane % lanes
         mask = numba.uint32(group_mask << (g * lanes))
         cached_col = cuda.shared.array(cache_size, index_type)
         cached_val = cuda.shared.array(cache_size, value_type)
+        partials = cuda.shared.array(merge_size, value_type)  # merge: partial rows left by groups
+        partial_rows = cuda.shared.array(merge_rows_size, index_type)  # and their rows (-1: none)
         acc = cuda.local.array(width, value_type)
         nnz = indices.shape[0]
-        seg_start = ((cuda.blockIdx.x * warps + cuda.threadIdx.x // WARP) * groups + g) * nnz_per_group
-        if seg_start >= nnz:
-            return  # the whole group leaves together
-        seg_end = min(seg_start + nnz_per_group, nnz)
+        bg = (cuda.threadIdx.x // WARP) * groups + g  # the group's index in its block
+        group_id = cuda.blockIdx.x * block_groups + bg
+        seg_start = group_id * nnz_per_group
+        block_start = cuda.blockIdx.x * block_groups * nnz_per_group
+        block_end = min(block_start + block_groups * nnz_per_group, nnz)
+        slot = bg * tile + glane * width  # this lane's part of the group's partial row
         j = cuda.blockIdx.y * tile + glane * vec
         n = C.shape[1]
         active = j < n  # vec divides n, so a started vector is complete
-        row = first_row(indptr, C.shape[0], seg_start)
-        row_start = indptr[row]
-        row_end = indptr[row + 1]
-        for v in range(width):
-            acc[v] = init
-        base = cuda.threadIdx.x - glane  # this group's slots in the cache
-        for chunk in range(seg_start, seg_end, lanes):
-            if chunk + glane < seg_end:
-                cached_col[base + glane] = indices[chunk + glane]
-                cached_val[base + glane] = data[chunk + glane]
-            syncwarp_lanes(mask)
-            for kk in range(min(lanes, seg_end - chunk)):
-                if chunk + kk >= row_end:  # row switch
+        gather = False  # merge: combine the partials of the next groups into the last row
+        row = row_start = row_end = 0
+        if merge:
+            partial_rows[bg] = -1
+        if seg_start < nnz:  # whole groups idle (and still reach the merge's barrier)
+            seg_end = min(seg_start + nnz_per_group, nnz)
+            row = group_rows[group_id]
+            row_start = indptr[row]
+            row_end = indptr[row + 1]
+            for v in range(width):
+                acc[v] = init
+            base = cuda.threadIdx.x - glane  # this group's slots in the cache
+            for chunk in range(seg_start, seg_end, lanes):
+                if chunk + glane < seg_end:
+                    cached_col[base + glane] = indices[chunk + glane]
+                    cached_val[base + glane] = data[chunk + glane]
+                syncwarp_lanes(mask)
+                for kk in range(min(lanes, seg_end - chunk)):
+                    if chunk + kk >= row_end:  # row switch
+                        if merge and row_start < seg_start and bg > 0:
+                            partial_rows[bg] = row  # group bg - 1 holds this row too
+                            if active:
+                                leave_partial(partials, slot, acc)
+                        elif active:
+                            flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
+                        row += 1
+                        while indptr[row + 1] == row_end:
+                            row += 1  # skip empty rows (pre-filled)
+                        row_start = row_end
+                        row_end = indptr[row + 1]
+                        for v in range(width):
+                            acc[v] = init
                     if active:
-                        flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
-                    row += 1
-                    while indptr[row + 1] == row_end:
-                        row += 1  # skip empty rows (pre-filled)
-                    row_start = row_end
-                    row_end = indptr[row + 1]
-                    for v in range(width):
-                        acc[v] = init
+                        a = cached_val[base + kk]
+                        k = cached_col[base + kk]
+                        for c in range(cf):
+                            if j + c * span < n:
+                                b = load(B, k, j + c * span)
+                                for v in range(vec):
+                                    acc[c * vec + v] = combine(reduce_code, acc[c * vec + v], a * b[v])
+                syncwarp_lanes(mask)  # the next chunk overwrites the cache
+            if merge and row_start < seg_start and bg > 0:
+                partial_rows[bg] = row
                 if active:
-                    a = cached_val[base + kk]
-                    k = cached_col[base + kk]
-                    for c in range(cf):
-                        if j + c * span < n:
-                            b = load(B, k, j + c * span)
-                            for v in range(vec):
-                                acc[c * vec + v] = combine(reduce_code, acc[c * vec + v], a * b[v])
-            syncwarp_lanes(mask)  # the next chunk overwrites the cache
-        if active:
-            flush(C, row, j, acc, row_end - row_start, row_start >= seg_start and row_end <= seg_end)
+                    leave_partial(partials, slot, acc)
+            elif merge and row_end > seg_end:
+                gather = True  # the row goes on in the next group
+            elif active:
+                flush(C, row, j, acc, row_end - row_start, row_start >= seg_start and row_end <= seg_end)
+        if merge:
+            syncblock()  # every partial is in shared memory
+            if gather:
+                h = bg + 1
+                while h < block_groups and partial_rows[h] == row:
+                    if active:
+                        for v in range(width):
+                            acc[v] = combine(reduce_code, acc[v], partials[h * tile + glane * width + v])
+                    h += 1
+                if active:
+                    flush(C, row, j, acc, 1, row_start >= block_start and row_end <= block_end)
 
     return spmm_hp
 
 
+def merges_in_block(reduce_code):
+    """True for the reductions whose split rows HP-SpMM merges inside a thread block."""
+    return reduce_code in (reductions.MAX, reductions.MIN)
+
+
+def prefill_rows(A, block_nnz):
+    """Device array of the rows a block-merging HP-SpMM pre-fills (A's index dtype): empty
+    rows, and rows whose nonzeros fall in more than one block of ``block_nnz`` nonzeros.
+    None when there are none.  Found on the host once per pattern and block size."""
+    key = ("prefill_rows", block_nnz)
+    if key not in A._derived:
+        indptr = A._host.indptr.astype(np.int64)
+        start, end = indptr[:-1], indptr[1:]
+        crossing = (start // block_nnz) != ((end - 1) // block_nnz)
+        rows = np.flatnonzero(crossing | (start == end)).astype(A.index_dtype)
+        A._derived[key] = cuda.to_device(rows) if rows.size else None
+    return A._derived[key]
+
+
 def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None):
-    """Launch HP-SpMM: pre-fill C (a memset for sum and mean, whose identity is 0), then the
-    hybrid-parallel kernel.  ``nnz_per_group`` defaults to Dynamic Task Partition's choice
-    for this graph and GPU, ``lanes`` to :func:`launch.hp_lane_layout`'s."""
+    """Launch HP-SpMM: pre-fill C (for sum and mean a memset, their identity being 0; for max
+    and min only the rows :func:`prefill_rows` lists), then the hybrid-parallel kernel.
+    ``nnz_per_group`` defaults to Dynamic Task Partition's choice for this graph and GPU,
+    ``lanes`` to :func:`launch.hp_lane_layout`'s."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
     code = reductions.CODES[reduce]
-    if code in (reductions.MAX, reductions.MIN) or not launch.zero(C, stream):
-        identity = reductions.initial(code) if code in (reductions.MAX, reductions.MIN) else 0.0
-        fill = fill_rows_kernel(C.dtype.str)
-        fill_threads = 256
-        fill_blocks = min(launch.cdiv(m * n, fill_threads), launch.device_limits()[0] * 16)
-        launch.run(fill, fill_blocks, fill_threads, stream, A.indptr, C, 0.0, identity)
+    merge = merges_in_block(code) and A.nnz > 0
+    if not merge and not launch.zero(C, stream):  # (max and min with no entries: all rows 0)
+        launch.run(zero_fill_kernel(C.dtype.str), *_fill_grid(m * n), stream, C)
     if A.nnz == 0:
         return
     key = ("spmm_hp", code, n, C.dtype.str, launch.alignment(B), nnz_per_group, lanes)
-    bound = A._bound.get(key)  # repeated calls: only B's and C's pointers are written
-    if bound is not None and bound(stream, B, C):
-        return
     plan = A._derived.get(key)  # the layout and DTP rules, once per sparsity pattern
     if plan is None:
         lanes, vec, cf = launch.hp_lane_layout(n, C.dtype.itemsize, B, lanes)
@@ -177,14 +276,21 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None):
         if nnz_per_group is None:
             nnz_per_group = launch.hp_nnz_per_warp(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
         kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str)
-        n_groups = launch.cdiv(A.nnz, nnz_per_group)
-        grid = (launch.cdiv(n_groups, launch.HP_WARPS_PER_BLOCK * groups_per_warp), n_tiles)
-        plan = A._derived[key] = (kernel, grid, nnz_per_group)
-    kernel, grid, nnz_per_group = plan
-    args = (A.indptr, A.indices, A.data, B, C, nnz_per_group)
+        block_groups = launch.HP_WARPS_PER_BLOCK * groups_per_warp
+        grid = (launch.cdiv(launch.cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
+        prefill = prefill_rows(A, block_groups * nnz_per_group) if merge else None
+        plan = A._derived[key] = (kernel, grid, nnz_per_group, segment_rows(A, nnz_per_group), prefill)
+    kernel, grid, nnz_per_group, group_rows, prefill = plan
+    if prefill is not None:
+        launch.run(fill_rows_kernel(C.dtype.str, prefill.dtype.str), *_fill_grid(prefill.shape[0] * n), stream, prefill, A.indptr, C,
+                   0.0, reductions.initial(code))
+    bound = A._bound.get(key)  # repeated calls: only B's and C's pointers are written
+    if bound is not None and bound(stream, B, C):
+        return
+    args = (A.indptr, A.indices, A.data, group_rows, B, C, nnz_per_group)
     launch.run(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, *args)
     # bound at the second call, so that matrices made for one call (with_values) skip it
-    A._bound[key] = launch.bind(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, args, variable=(3, 4)) \
+    A._bound[key] = launch.bind(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, args, variable=(4, 5)) \
         if key in A._bound else None
 
 
@@ -205,17 +311,19 @@ def sddmm_hp_kernel(vec, group, value_dtype):
     load = vector_load(vec)
 
     @cuda.jit
-    def sddmm_hp(indptr, indices, data, X, Y, out, nnz_per_warp):
+    def sddmm_hp(indptr, indices, data, warp_rows, X, Y, out, nnz_per_warp):
         lane = cuda.threadIdx.x % WARP
         g = lane // group
         lane_in_group = lane % group
-        seg_start = (cuda.blockIdx.x * warps + cuda.threadIdx.x // WARP) * nnz_per_warp
+        warp_id = cuda.blockIdx.x * warps + cuda.threadIdx.x // WARP
+        seg_start = warp_id * nnz_per_warp
         nnz = indices.shape[0]
         if seg_start >= nnz:
             return  # the whole warp leaves together
         seg_end = min(seg_start + nnz_per_warp, nnz)
         k_dim = X.shape[1]
-        row = first_row(indptr, X.shape[0], min(seg_start + g, seg_end - 1))
+        last_row = warp_rows[warp_id + 1] if warp_id + 1 < warp_rows.shape[0] else X.shape[0] - 1
+        row = first_row(indptr, warp_rows[warp_id], last_row, min(seg_start + g, seg_end - 1))
         for base in range(seg_start, seg_end, groups):
             p = base + g
             partial = zero
@@ -256,9 +364,10 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None):
         if nnz_per_warp is None:
             nnz_per_warp = launch.hp_nnz_per_warp(A.nnz, 1)
         grid = launch.cdiv(launch.cdiv(A.nnz, nnz_per_warp), launch.HP_WARPS_PER_BLOCK)
-        plan = A._derived[key] = (sddmm_hp_kernel(vec, group, out.dtype.str), grid, nnz_per_warp)
-    kernel, grid, nnz_per_warp = plan
-    args = (A.indptr, A.indices, A.data, X, Y, out, nnz_per_warp)
+        kernel = sddmm_hp_kernel(vec, group, out.dtype.str)
+        plan = A._derived[key] = (kernel, grid, nnz_per_warp, segment_rows(A, nnz_per_warp))
+    kernel, grid, nnz_per_warp, warp_rows = plan
+    args = (A.indptr, A.indices, A.data, warp_rows, X, Y, out, nnz_per_warp)
     launch.run(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, *args)
-    A._bound[key] = launch.bind(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, args, variable=(3, 4, 5)) \
+    A._bound[key] = launch.bind(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, args, variable=(4, 5, 6)) \
         if key in A._bound else None  # at the second call, as in spmm_hp

@@ -5,7 +5,9 @@ kernels call these wrappers instead (``syncwarp_lanes(mask)``: a barrier of the 
 ``mask`` only, for kernels whose lane groups run loops of different lengths).  On a GPU they
 are the hardware instructions.  On the simulator a warp barrier becomes a block barrier over
 the threads still running (stronger than needed, so it is still correct), and a shuffle
-exchanges values through a per-block table between two such barriers.
+exchanges values through a per-block table between two such barriers.  ``syncblock()`` is
+``cuda.syncthreads()``, kept apart so that on the simulator warp barriers elsewhere in the
+block cannot release it.
 """
 import threading
 
@@ -26,6 +28,10 @@ if not config.ENABLE_CUDASIM:
         cuda.syncwarp(mask)
 
     @cuda.jit(device=True, inline="always")
+    def syncblock():
+        cuda.syncthreads()
+
+    @cuda.jit(device=True, inline="always")
     def shfl_down(value, delta):
         return cuda.shfl_down_sync(FULL_MASK, value, delta)
 
@@ -40,6 +46,26 @@ else:  # pragma: no cover - exercised only under the simulator
 
     def syncwarp_lanes(mask):
         threading.current_thread().syncthreads()
+
+    def syncblock():
+        """Wait until every thread of the block has called this.  The simulator's barrier
+        releases when all running threads wait at any barrier, warp barriers included, so
+        the waiting threads count arrivals and keep joining barriers until all have come."""
+        thread = threading.current_thread()
+        manager = thread._manager
+        state = manager.__dict__.setdefault("_numbasparse_block_barrier", {"arrived": 0, "lock": threading.Lock()})
+        total = manager._block_dim[0] * manager._block_dim[1] * manager._block_dim[2]
+        with state["lock"]:
+            state["arrived"] += 1
+        while True:
+            thread.syncthreads()
+            done = state["arrived"] == total
+            thread.syncthreads()  # all have read the count before anyone resets it
+            if done:
+                break
+        if thread.thread_id == 0:
+            state["arrived"] = 0
+        thread.syncthreads()
 
     def _exchange(value, source_of):
         thread = threading.current_thread()

@@ -119,3 +119,27 @@ def test_zero_nnz_gives_zeros():
     A = sp.csr_matrix((5, 6), dtype=np.float32)
     C = run_hp(A, random_dense(np.random.default_rng(), (6, 8), np.float32), "max")
     assert np.all(C == 0)
+
+
+def test_prefill_rows_lists_empty_rows_and_rows_crossing_blocks():
+    indptr = np.array([0, 0, 5, 12, 12, 16, 30])  # rows of 0, 5, 7, 0, 4, 14 entries; blocks of 8
+    A = sp.csr_matrix((np.ones(30), np.arange(30) % 6, indptr), shape=(6, 6))
+    rows = hp.prefill_rows(CSR.from_scipy(A), 8)
+    assert rows.copy_to_host().tolist() == [0, 2, 3, 5]  # row 1 lies in block 0, row 4 in block 1
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_block_merge_of_split_rows(reduce):
+    """Rows split between the groups of one block (merged in shared memory), rows crossing
+    blocks (pre-filled, one atomic per block; the 130-entry row covers a whole block),
+    empty rows between."""
+    rng = np.random.default_rng()
+    lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5]  # blocks of 16 groups x 3 = 48 entries
+    dense = np.zeros((len(lengths), 140))
+    for i, n in enumerate(lengths):
+        dense[i, rng.choice(140, n, replace=False)] = rng.standard_normal(n)
+    A = sp.csr_matrix(dense)
+    B = random_dense(rng, (140, 32), np.float32)
+    C = run_hp(A, B, reduce, nnz_per_group=3, lanes=8)
+    assert np.all(C[np.array(lengths) == 0] == 0)
+    assert_close(C, spmm_reference(A, B, reduce), np.float32)

@@ -1,0 +1,80 @@
+"""A/B of the HP kernels against a baseline copy of hp.py, by kernel time (CUPTI), best of 3.
+
+    git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py   # the baseline (not committed)
+    python tools/ab_hp.py [--ops spmm,spmm_max,sddmm] [--n 32,64,128,256] GRAPH...
+
+GRAPH is default, rmat:SCALE or the name of a graph in .data/.  Each case checks both results
+against a float64 reference first and prints old and new microseconds and old/new.
+"""
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+
+import numpy as np  # noqa: E402
+from numba import cuda  # noqa: E402
+
+import numbasparse as ns  # noqa: E402
+from numbasparse import graphs  # noqa: E402
+from numbasparse.bench.timing import time_kernels  # noqa: E402
+from numbasparse.cuda import hp  # noqa: E402
+from numbasparse.reference import relative_error, sddmm_reference, spmm_reference  # noqa: E402
+
+try:
+    old_hp = importlib.import_module("numbasparse.cuda.old_hp")
+except ModuleNotFoundError:
+    sys.exit("make the baseline first: git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py")
+
+
+def load(spec):
+    if ":" in spec or spec == "default":
+        return graphs.from_spec(spec)
+    return graphs.load_npz_dir(".data")[spec]
+
+
+def case(A, op, n, module, rng):
+    """(callable running the kernel on fresh operands, relative error of its result)."""
+    csr = ns.CSR.from_scipy(A)  # a fresh plan cache per module
+    if op == "sddmm":
+        X = rng.standard_normal((A.shape[0], n)).astype(np.float32)
+        Y = rng.standard_normal((A.shape[1], n)).astype(np.float32)
+        Xd, Yd, out = cuda.to_device(X), cuda.to_device(Y), cuda.to_device(np.full(A.nnz, np.nan, np.float32))
+        fn = lambda: module.sddmm_hp(csr, Xd, Yd, out)  # noqa: E731
+        fn()
+        return fn, relative_error(out.copy_to_host(), sddmm_reference(csr.to_scipy(), X, Y))
+    reduce = "max" if op == "spmm_max" else "sum"
+    B = rng.standard_normal((A.shape[1], n)).astype(np.float32)
+    Bd, C = cuda.to_device(B), cuda.to_device(np.full((A.shape[0], n), np.nan, np.float32))
+    fn = lambda: module.spmm_hp(csr, Bd, C, reduce)  # noqa: E731
+    fn()
+    return fn, relative_error(C.copy_to_host(), spmm_reference(A, B, reduce))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("graphs", nargs="+")
+    parser.add_argument("--ops", default="spmm,spmm_max,sddmm")
+    parser.add_argument("--n", default="32,64,128,256")
+    args = parser.parse_args()
+    rng = np.random.default_rng()
+    ratios = {}
+    for spec in args.graphs:
+        A = load(spec)
+        for op in args.ops.split(","):
+            for n in map(int, args.n.split(",")):
+                line = f"{spec:10} {op:9} N={n:3}"
+                us = []
+                for name, module in (("old", old_hp), ("new", hp)):
+                    fn, err = case(A, op, n, module, rng)
+                    us.append(min(time_kernels(fn, warmup=3, repeat=20) for _ in range(3)) * 1e3)
+                    line += f"  {name} {us[-1]:8.1f} us{'' if err < 1e-5 else f' WRONG ({err:.1e})'}"
+                ratios.setdefault(op, []).append(us[0] / us[1])
+                print(f"{line}  old/new {us[0] / us[1]:5.2f}", flush=True)
+    for op, r in ratios.items():
+        print(f"{op}: old/new geomean {np.exp(np.mean(np.log(r))):.3f}, min {min(r):.2f}, max {max(r):.2f}")
+
+
+if __name__ == "__main__":
+    main()
