@@ -1,10 +1,11 @@
 """A/B of the HP kernels against a baseline copy of hp.py, by kernel time (CUPTI), best of 3.
 
     git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py   # the baseline (not committed)
-    python tools/ab_hp.py [--ops spmm,spmm_max,sddmm] [--n 32,64,128,256] GRAPH...
+    python tools/ab_hp.py [--ops spmm,spmm_max,sddmm] [--n 32,64,128,256] [--baseline MODULE] GRAPH...
 
-GRAPH is default, rmat:SCALE or the name of a graph in .data/.  Each case checks both results
-against a float64 reference first and prints old and new microseconds and old/new.
+GRAPH is default, rmat:SCALE, sampled:SPEC (32 GraphSAINT-style subgraphs of SPEC, one call
+each, as the benchmark's sampled workload) or the name of a graph in .data/.  Each case checks
+both results against a float64 reference first and prints old and new microseconds and old/new.
 """
 import argparse
 import importlib
@@ -22,16 +23,20 @@ from numbasparse.bench.timing import time_kernels  # noqa: E402
 from numbasparse.cuda import hp  # noqa: E402
 from numbasparse.reference import relative_error, sddmm_reference, spmm_reference  # noqa: E402
 
-try:
-    old_hp = importlib.import_module("numbasparse.cuda.old_hp")
-except ModuleNotFoundError:
-    sys.exit("make the baseline first: git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py")
-
 
 def load(spec):
+    """The list of graphs one case calls the kernel on."""
+    if spec.startswith("sampled:"):
+        return graphs.sample_subgraphs(graphs.from_spec(spec[len("sampled:"):]), 32)
     if ":" in spec or spec == "default":
-        return graphs.from_spec(spec)
-    return graphs.load_npz_dir(".data")[spec]
+        return [graphs.from_spec(spec)]
+    return [graphs.load_npz_dir(".data")[spec]]
+
+
+def cases(As, op, n, module, rng):
+    """(callable running the kernel once per graph, worst relative error of the results)."""
+    calls, errors = zip(*(case(A, op, n, module, rng) for A in As))
+    return (lambda: [call() for call in calls]), max(errors)
 
 
 def case(A, op, n, module, rng):
@@ -57,17 +62,22 @@ def main():
     parser.add_argument("graphs", nargs="+")
     parser.add_argument("--ops", default="spmm,spmm_max,sddmm")
     parser.add_argument("--n", default="32,64,128,256")
+    parser.add_argument("--baseline", default="numbasparse.cuda.old_hp")
     args = parser.parse_args()
+    try:
+        old_hp = importlib.import_module(args.baseline)
+    except ModuleNotFoundError:
+        sys.exit("make the baseline first: git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py")
     rng = np.random.default_rng()
     ratios = {}
     for spec in args.graphs:
-        A = load(spec)
+        As = load(spec)
         for op in args.ops.split(","):
             for n in map(int, args.n.split(",")):
                 line = f"{spec:10} {op:9} N={n:3}"
                 us = []
                 for name, module in (("old", old_hp), ("new", hp)):
-                    fn, err = case(A, op, n, module, rng)
+                    fn, err = cases(As, op, n, module, rng)
                     us.append(min(time_kernels(fn, warmup=3, repeat=20) for _ in range(3)) * 1e3)
                     line += f"  {name} {us[-1]:8.1f} us{'' if err < 1e-5 else f' WRONG ({err:.1e})'}"
                 ratios.setdefault(op, []).append(us[0] / us[1])

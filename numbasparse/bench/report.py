@@ -135,6 +135,54 @@ def compact_markdown(rows, yardstick):
     return "\n".join(lines)
 
 
+def family(graph):
+    """Graph family for summaries: "rmat", "sampled", or "small" (real graphs, the default)."""
+    return "rmat" if graph.startswith("rmat") else "sampled" if graph.startswith("sampled") else "small"
+
+
+def versus_markdown(rows, impl, yardstick):
+    """Per (graph, op, N): ``impl`` against the yardstick by event, back to back and kernel
+    time, the compulsory-bytes floor as a fraction of ``impl``'s kernel time, and (SpMM) the
+    rate at which both kernels gather rows of B (nnz * N * itemsize bytes per kernel time: the
+    traffic a gather-based kernel cannot avoid beyond what caches absorb).  Then the
+    geometric mean and minimum of each speedup per op and graph family."""
+    cases = {}
+    for r in rows:
+        if r.get("status") == "ok" and r["impl"] in (impl, yardstick.get(r["op"])):
+            cases.setdefault((r["graph"], r["op"], r["n"]), {})[r["impl"] == impl] = r
+    head = ["graph", "nnz", "op", "N", "ours ms", "theirs ms", "event x", "b2b x", "ours kernel ms",
+            "theirs kernel ms", "kernel x", "floor / our kernel", "gather TB/s ours / theirs"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    ratios = {}
+    for (graph, op, n), pair in cases.items():
+        if len(pair) < 2:
+            continue
+        ours, theirs = pair[True], pair[False]
+        kernel = ours.get("kernel_ms"), theirs.get("kernel_ms")
+        gather = "-"
+        if op == "spmm" and all(kernel):
+            itemsize = 8 if ours["dtype"] == "float64" else 4
+            rates = [ours["nnz"] * n * itemsize / (k * 1e-3) / 1e12 for k in kernel]
+            gather = f"{rates[0]:.2f} / {rates[1]:.2f}"
+        lines.append("| " + " | ".join([
+            graph, str(ours["nnz"]), op, str(n), _fmt(ours["ms"]), _fmt(theirs["ms"]), _fmt(ours.get("speedup", float("nan"))),
+            _fmt(ours.get("b2b_speedup", float("nan"))), _fmt(kernel[0] or float("nan")), _fmt(kernel[1] or float("nan")),
+            _fmt(ours.get("kernel_speedup", float("nan"))),
+            _fmt(ours["floor_ms"] / kernel[0]) if kernel[0] and "floor_ms" in ours else "-", gather]) + " |")
+        for key in ("speedup", "b2b_speedup", "kernel_speedup"):
+            if key in ours:
+                for group in ((op, "all"), (op, family(graph))):
+                    ratios.setdefault(group, {}).setdefault(key, []).append(ours[key])
+    lines += ["", "| op | graphs | cases | by event (one call) | back to back | by kernel time |", "|---|---|---|---|---|---|"]
+    for (op, fam), by_key in sorted(ratios.items()):
+        cells = []
+        for key in ("speedup", "b2b_speedup", "kernel_speedup"):
+            v = by_key.get(key)
+            cells.append(f"{math.exp(sum(map(math.log, v)) / len(v)):.2f}x (min {min(v):.2f})" if v else "-")
+        lines.append(f"| {op} | {fam} | {len(by_key['speedup'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     """``python -m numbasparse.bench.report RESULT.json ...``: Markdown tables and summary."""
     import sys
@@ -148,6 +196,8 @@ def main(argv=None):
         print(f"### `{path}`\n\n{meta['gpu']}, {meta['date']}; device-to-device copy "
               f"{meta['copy_gbs']:.0f} GB/s (read + write).\nCommand: `{meta['command']}`\n")
         print(compact_markdown(rows, YARDSTICK))
+        print("\nns:hp against the yardstick, per case and per graph family:\n")
+        print(versus_markdown(rows, "ns:hp", YARDSTICK))
         print("\nGeometric-mean speedup over the yardstick (torch_csr32 for SpMM, "
               "torch_sampled_addmm for SDDMM) and the worst case:\n\n```\n" + summary(rows) + "\n```\n")
 
