@@ -4,7 +4,8 @@
 
 For each kernel: registers, stack frame and spill bytes (from ``ptxas -v``), and the widest
 global load in the PTX (``ld.global.v2``/``.v4`` = vectorized).  Used to check that per-thread
-accumulator arrays stay in registers and which loads Numba vectorizes.
+accumulator arrays stay in registers and which loads Numba vectorizes.  Kernels compiled with a
+register cap are assembled with it and may spill up to CAPPED_SPILL_BYTES.
 """
 import os
 import re
@@ -24,6 +25,11 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from numbasparse.cuda import kernel_configs  # noqa: E402
 
 
+#: A kernel compiled with a register cap (``max_registers``) trades a small spill for occupancy
+#: on purpose (measured); more than this many spilled bytes fails the report all the same.
+CAPPED_SPILL_BYTES = 16
+
+
 def ptxas_path():
     found = shutil.which("ptxas")
     if found:
@@ -40,11 +46,12 @@ def report(name, kernel, signature, ptxas):
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
-        out = subprocess.run([ptxas, "-arch=sm_90", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
-                             capture_output=True, text=True, check=True).stderr
+        cap = kernel.targetoptions.get("max_registers")  # the kernel's own cap, as its launch links it
+        out = subprocess.run([ptxas, "-arch=sm_90", "-v", *([f"-maxrregcount={cap}"] if cap else []), str(src),
+                              "-o", str(Path(tmp) / "k.cubin")], capture_output=True, text=True, check=True).stderr
     regs = re.search(r"Used (\d+) registers", out)
     stack = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", out)
-    return (name, int(regs.group(1)) if regs else -1, *(int(x) for x in stack.groups()), widest)
+    return (name, int(regs.group(1)) if regs else -1, *(int(x) for x in stack.groups()), widest, cap)
 
 
 def main():
@@ -53,7 +60,7 @@ def main():
     bad = 0
     for name, kernel, signature in kernel_configs():
         row = report(name, kernel, signature, ptxas)
-        bad += row[3] > 0
+        bad += row[3] > (CAPPED_SPILL_BYTES if row[6] else 0)
         print(f"{row[0]:<44} {row[1]:>5} {row[2]:>6} {row[3]:>8} {row[4]:>8} {row[5]:>19}")
     return 1 if bad else 0
 

@@ -13,6 +13,7 @@ import functools
 import numba
 import numpy as np
 from numba import cuda
+from numba.cuda import config
 
 from . import launch, reductions
 from .intrinsics import shfl_down, syncblock, syncwarp_lanes, vector_load
@@ -125,6 +126,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
     block_groups = warps * groups
     merge_size = block_groups * tile if merge else 1  # one partial row tile per group
     merge_rows_size = block_groups if merge else 1
+    # float32 sums over 8 columns per lane: capped for occupancy (launch.HP_MAX_REGISTERS)
+    capped = reduce_code == reductions.SUM and value_type == numba.float32 and width == 8
+    options = {"max_registers": launch.HP_MAX_REGISTERS} if capped and not config.ENABLE_CUDASIM else {}
 
     @cuda.jit(device=True, inline="always")
     def flush(C, row, j, acc, count, owned):
@@ -149,7 +153,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
         for v in range(width):
             partials[slot + v] = acc[v]
 
-    @cuda.jit
+    @cuda.jit(**options)  # (the simulator's jit takes no register cap)
     def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group):
         lane = cuda.threadIdx.x % WARP
         g = lane // lanes

@@ -26,6 +26,12 @@ def row_warp_grid(n_rows, n_cols, cols_per_warp):
 
 #: Warps per thread block of the hybrid-parallel (HP) kernels.
 HP_WARPS_PER_BLOCK = 4
+#: Register cap of the float32 sum HP-SpMM kernels with 8 columns per lane (N >= 128): 64
+#: lets 8 blocks (32 warps) share an SM where the uncapped kernel took 68 (7 blocks), at the
+#: cost of an 8-byte spill: 4-10% faster at N = 128/256 on R-MAT and the sampled workload, the same on PubMed
+#: (H100, tools/ab_hp.py, BENCHMARKS.md).  Mean, max, min and float64 would spill 80+ bytes;
+#: the narrower kernels use fewer than 64 anyway (and ptxas allots more under a cap).
+HP_MAX_REGISTERS = 64
 #: Candidate nonzeros per lane group (HP-SpMM) or per warp (HP-SDDMM), paper 000 section III-B2,
 #: largest first; 16 and 8 keep small graphs from being latency-bound (BENCHMARKS.md).
 HP_NNZ_PER_WARP = (512, 256, 128, 64, 32, 16, 8)
