@@ -96,8 +96,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
     consecutive columns, ``tile + c*lanes*vec + l*vec`` for c < cf, each read from B with one
     ``vec``-wide load (hierarchical vectorized memory access, paper 000 section III-B2; with
     lanes < 32 one warp instruction serves 32 // lanes nonzeros, as narrow rows of B need).
-    The group caches ``lanes`` (column, value) pairs at a time in shared memory (coalesced),
-    accumulates per row in registers and, at each row switch, stores the row (if the group
+    The group reads its first row from ``group_rows`` (:func:`segment_rows`), caches ``lanes``
+    (column, value) pairs at a time in shared memory (coalesced), accumulates per row in registers and, at each row switch, stores the row (if the group
     owned all of it) or combines it atomically into C (if the row is split across groups; C
     was pre-filled with the reduction's identity).
 
