@@ -97,9 +97,10 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
     ``vec``-wide load (hierarchical vectorized memory access, paper 000 section III-B2; with
     lanes < 32 one warp instruction serves 32 // lanes nonzeros, as narrow rows of B need).
     The group reads its first row from ``group_rows`` (:func:`segment_rows`), caches ``lanes``
-    (column, value) pairs at a time in shared memory (coalesced), accumulates per row in registers and, at each row switch, stores the row (if the group
-    owned all of it) or combines it atomically into C (if the row is split across groups; C
-    was pre-filled with the reduction's identity).
+    (column, value) pairs at a time in shared memory (coalesced), accumulates per row in
+    registers and, at each row switch, stores the row (if the group owned all of it) or
+    combines it atomically into C (if the row is split across groups; C was pre-filled with
+    the reduction's identity).
 
     For max and min (float atomics there are compare-and-swap loops, slow under contention)
     the groups of a thread block merge split rows through shared memory: a group whose first
