@@ -9,15 +9,15 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import numbasparse as ns  # noqa: E402
-from numbasparse import graphs  # noqa: E402
 from numbasparse.bench.timing import time_kernels  # noqa: E402
 from numbasparse.cuda import hp, launch  # noqa: E402
 from numbasparse.reference import relative_error, spmm_reference  # noqa: E402
+from ab_hp import load  # noqa: E402  (tools/ is on sys.path when a tool runs)
 
 LAYOUTS = {128: [(16, 4, 2), (32, 4, 1), (8, 4, 4)], 256: [(16, 4, 2), (16, 4, 4), (32, 4, 2), (8, 4, 4)]}
 rule = launch.hp_lane_layout
 for spec in sys.argv[1:]:
-    A = graphs.from_spec(spec) if ":" in spec or spec == "default" else graphs.load_npz_dir(".data")[spec]
+    A, = load(spec)
     for n, layouts in LAYOUTS.items():
         Bh = np.random.default_rng(0).standard_normal((A.shape[1], n)).astype(np.float32)
         B = cuda.to_device(Bh)

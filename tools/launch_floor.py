@@ -49,7 +49,7 @@ rows = {
 try:
     from cuda.bindings import driver
 
-    ptr = ctypes.addressof(entry.params)
+    ptr = entry.params_address
     rows["cuda.bindings cuLaunchKernel"] = lambda: driver.cuLaunchKernel(handle, 1, 1, 1, 32, 1, 1, 0, 0, ptr, 0)
     lib = ctypes.CDLL("libcuda.so.1")
     raw = lib.cuLaunchKernel

@@ -2,6 +2,8 @@
 import json
 import math
 
+import numpy as np
+
 COLUMNS = ("graph", "nnz", "op", "reduce", "n", "impl", "ms", "call_ms", "b2b_ms", "kernel_ms", "floor_ms",
            "of_floor", "gbs", "gflops", "speedup", "b2b_speedup", "kernel_speedup", "prep_s", "payoff_calls", "error", "status")
 
@@ -161,7 +163,7 @@ def versus_markdown(rows, impl, yardstick):
         kernel = ours.get("kernel_ms"), theirs.get("kernel_ms")
         gather = "-"
         if op == "spmm" and all(kernel):
-            itemsize = 8 if ours["dtype"] == "float64" else 4
+            itemsize = np.dtype(ours["dtype"]).itemsize
             rates = [ours["nnz"] * n * itemsize / (k * 1e-3) / 1e12 for k in kernel]
             gather = f"{rates[0]:.2f} / {rates[1]:.2f}"
         lines.append("| " + " | ".join([

@@ -287,16 +287,10 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None):
         plan = A._derived[key] = (kernel, grid, nnz_per_group, segment_rows(A, nnz_per_group), prefill)
     kernel, grid, nnz_per_group, group_rows, prefill = plan
     if prefill is not None:
-        launch.run(fill_rows_kernel(C.dtype.str, prefill.dtype.str), *_fill_grid(prefill.shape[0] * n), stream, prefill, A.indptr, C,
-                   0.0, reductions.initial(code))
-    bound = A._bound.get(key)  # repeated calls: only B's and C's pointers are written
-    if bound is not None and bound(stream, B, C):
-        return
+        launch.run(fill_rows_kernel(C.dtype.str, prefill.dtype.str), *_fill_grid(prefill.shape[0] * n), stream,
+                   prefill, A.indptr, C, 0.0, reductions.initial(code))
     args = (A.indptr, A.indices, A.data, group_rows, B, C, nnz_per_group)
-    launch.run(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, *args)
-    # bound at the second call, so that matrices made for one call (with_values) skip it
-    A._bound[key] = launch.bind(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, args, variable=(4, 5)) \
-        if key in A._bound else None
+    launch.run_bound(A._bound, key, kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, args, (4, 5))
 
 
 @functools.lru_cache(maxsize=None)
@@ -357,9 +351,6 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None):
         return
     k_dim = X.shape[1]
     key = ("sddmm_hp", k_dim, out.dtype.str, min(launch.alignment(X), launch.alignment(Y)), nnz_per_warp)
-    bound = A._bound.get(key)  # repeated calls: only X's, Y's and out's pointers are written
-    if bound is not None and bound(stream, X, Y, out):
-        return
     plan = A._derived.get(key)  # the layout and DTP rules, once per sparsity pattern
     if plan is None:
         vec = launch.vector_width(k_dim, X.dtype.itemsize, X, Y)
@@ -373,6 +364,4 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None):
         plan = A._derived[key] = (kernel, grid, nnz_per_warp, segment_rows(A, nnz_per_warp))
     kernel, grid, nnz_per_warp, warp_rows = plan
     args = (A.indptr, A.indices, A.data, warp_rows, X, Y, out, nnz_per_warp)
-    launch.run(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, *args)
-    A._bound[key] = launch.bind(kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, args, variable=(4, 5, 6)) \
-        if key in A._bound else None  # at the second call, as in spmm_hp
+    launch.run_bound(A._bound, key, kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, args, (4, 5, 6))

@@ -28,8 +28,8 @@ def row_warp_grid(n_rows, n_cols, cols_per_warp):
 HP_WARPS_PER_BLOCK = 4
 #: Register cap of the float32 sum HP-SpMM kernels with 8 columns per lane (N >= 128): 64
 #: lets 8 blocks (32 warps) share an SM where the uncapped kernel took 68 (7 blocks), at the
-#: cost of an 8-byte spill: 4-10% faster at N = 128/256 on R-MAT and the sampled workload, the same on PubMed
-#: (H100, tools/ab_hp.py, BENCHMARKS.md).  Mean, max, min and float64 would spill 80+ bytes;
+#: cost of an 8-byte spill: 4-10% faster at N = 128/256 on R-MAT and the sampled workload,
+#: the same on PubMed (H100, tools/ab_hp.py, BENCHMARKS.md).  Mean, max, min and float64 would spill 80+ bytes;
 #: the narrower kernels use fewer than 64 anyway (and ptxas allots more under a cap).
 HP_MAX_REGISTERS = 64
 #: Candidate nonzeros per lane group (HP-SpMM) or per warp (HP-SDDMM), paper 000 section III-B2,
@@ -223,10 +223,7 @@ class _FastLaunch:
                 n_slots += 1
             else:
                 self.kinds.append(("unsupported", None))
-        self.slots = (ctypes.c_uint64 * n_slots)()
-        base = ctypes.addressof(self.slots)
-        self.params = (ctypes.c_void_p * n_slots)(*range(base, base + 8 * n_slots, 8))
-        self.params_address = ctypes.addressof(self.params)
+        self.slots, self.params_address = _parameter_buffer([0] * n_slots)
         self.lock = threading.Lock()  # the driver reads the slots without holding the GIL
         self.enabled = True
 
@@ -284,14 +281,10 @@ class BoundLaunch:
     fast launch is off; the caller then launches through :func:`run`."""
 
     def __init__(self, fast, grid, block, values, variable, args):
-        import ctypes
         import threading
 
         self.fast, self.grid, self.block = fast, _dim3(grid), _dim3(block)
-        self.slots = (ctypes.c_uint64 * len(values))(*values)
-        base = ctypes.addressof(self.slots)
-        self.params = (ctypes.c_void_p * len(values))(*range(base, base + 8 * len(values), 8))
-        self.params_address = ctypes.addressof(self.params)
+        self.slots, self.params_address = _parameter_buffer(values)
         offsets = fast.slot_offsets()
         # (slot of the data pointer, (dtype, ndim), shape) per variable argument
         self.variable = [(offsets[i] + 4, fast.kinds[i][1], list(args[i].shape)) for i in variable]
@@ -305,6 +298,31 @@ class BoundLaunch:
                     return False
                 self.slots[slot] = abi[1][4]
             return self.fast.enabled and self.fast.call(self.params_address, self.grid, self.block, stream)
+
+
+def _parameter_buffer(values):
+    """(slots, address of the pointer array): one 8-byte slot per kernel parameter, holding
+    ``values``, and the array of the slots' addresses that cuLaunchKernel takes as
+    ``kernelParams`` (kept alive by the slots' ``_params`` attribute)."""
+    import ctypes
+
+    slots = (ctypes.c_uint64 * len(values))(*values)
+    base = ctypes.addressof(slots)
+    params = (ctypes.c_void_p * len(values))(*range(base, base + 8 * len(values), 8))
+    slots._params = params
+    return slots, ctypes.addressof(params)
+
+
+def run_bound(cache, key, kernel, grid, block, stream, args, variable):
+    """``run(kernel, grid, block, stream, *args)`` for a launcher called again and again on one
+    matrix: from the second call with ``key`` on, through a :class:`BoundLaunch` kept in
+    ``cache`` (a matrix made for one call, e.g. by ``with_values``, never pays for binding).
+    ``variable``: the indices of the arguments that change from call to call."""
+    bound = cache.get(key)
+    if bound is not None and bound(stream, *[args[i] for i in variable]):
+        return
+    run(kernel, grid, block, stream, *args)
+    cache[key] = bind(kernel, grid, block, args, variable) if key in cache else None
 
 
 def bind(kernel, grid, block, args, variable):

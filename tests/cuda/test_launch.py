@@ -79,3 +79,16 @@ def test_bound_launch_refuses_an_array_unlike_the_bound_one(driver, monkeypatch,
 
 def test_bind_without_a_fast_launch_gives_none():
     assert launch.bind(object(), 1, 32, (), variable=()) is None
+
+
+def test_run_bound_binds_at_the_second_call(driver, monkeypatch):
+    kernel = object()
+    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    cache = {}
+    idx = view((5,), 4096, "<i4")
+    for call in range(3):
+        args = (idx, view((4, 3), 8192 * (call + 1)), view((4, 3), 1 << 20), 9, 1.0)
+        launch.run_bound(cache, "k", kernel, 2, 32, 0, args, (1, 2))
+        assert isinstance(cache["k"], launch.BoundLaunch) == (call >= 1)
+        assert driver.calls[-1][4][7 + 4] == 8192 * (call + 1)  # B's data pointer of this call
+    assert len(driver.calls) == 3
