@@ -16,7 +16,7 @@ from numba import cuda
 from numba.cuda import config
 
 from . import launch, reductions
-from .intrinsics import shfl_down, syncblock, syncwarp_lanes, vector_load
+from .intrinsics import atomic_max_float, atomic_min_float, shfl_down, syncblock, syncwarp_lanes, vector_load
 
 WARP = launch.WARP_SIZE
 
@@ -102,13 +102,13 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
     combines it atomically into C (if the row is split across groups; C was pre-filled with
     the reduction's identity).
 
-    For max and min (float atomics there are compare-and-swap loops, slow under contention)
-    the groups of a thread block merge split rows through shared memory: a group whose first
-    row began in an earlier group of the block leaves its partial there; after a block
-    barrier the group holding the row's first part in the block combines the partials of
-    the groups after it and stores the row, or, for a row crossing a block boundary (and so
-    pre-filled, :func:`prefill_rows`), combines it atomically: one atomic per block, not per
-    group.
+    For max and min (an atomic is still a round trip to L2 per element, even as the one integer
+    atomic of :func:`intrinsics.atomic_max_float`) the groups of a thread block merge split rows
+    through shared memory: a group whose first row began in an earlier group of the block
+    leaves its partial there; after a block barrier the group holding the row's first part in
+    the block combines the partials of the groups after it and stores the row, or, for a row
+    crossing a block boundary (and so pre-filled, :func:`prefill_rows`), combines it
+    atomically: one atomic per block, not per group.
     """
     warps = launch.HP_WARPS_PER_BLOCK
     groups = WARP // lanes
@@ -143,9 +143,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
                     if owned:
                         C[row, col] = x
                     elif reduce_code == MAX:
-                        cuda.atomic.max(C, (row, col), x)
+                        atomic_max_float(C, row, col, x)
                     elif reduce_code == MIN:
-                        cuda.atomic.min(C, (row, col), x)
+                        atomic_min_float(C, row, col, x)
                     else:
                         cuda.atomic.add(C, (row, col), x)
 

@@ -132,6 +132,60 @@ def vector_load(width):
     return _vector_loads[width]
 
 
+def _make_atomic_extremum(maximum):
+    """An intrinsic ``f(arr, i, j, value)``: ``arr[i, j] = max(arr[i, j], value)`` (or min)
+    for a float32/float64 array, as ONE native integer atomic on the value's bits instead of
+    Numba's compare-and-swap loop (a load and a CAS round trip per try; its result, unused,
+    lets ptxas post it as a ``red``).  IEEE floats of the same sign order like their bits:
+    as signed integers when non-negative, in reverse as unsigned integers when negative, so
+    max takes a signed-integer max for a value with a clear sign bit and an unsigned min
+    otherwise (min: signed min, unsigned max).  Exact for every non-NaN value, +-0 and
+    +-inf included."""
+    from llvmlite import ir
+    from numba.core import cgutils
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def extremum(typingctx, arr, i, j, value):
+        signature = types.void(arr, i, j, value)
+
+        def codegen(context, builder, sig, args):
+            arr_type = sig.args[0]
+            array = context.make_array(arr_type)(context, builder, args[0])
+            index = [context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2)]
+            ptr = cgutils.get_item_pointer(context, builder, arr_type, array, index)
+            bits = ir.IntType(arr_type.dtype.bitwidth)
+            x = context.cast(builder, args[3], sig.args[3], arr_type.dtype)
+            x_bits = builder.bitcast(x, bits)
+            int_ptr = builder.bitcast(ptr, bits.as_pointer())
+            non_negative = builder.icmp_signed(">=", x_bits, ir.Constant(bits, 0))
+            with builder.if_else(non_negative) as (clear, negative):
+                with clear:
+                    builder.atomic_rmw("max" if maximum else "min", int_ptr, x_bits, "monotonic")
+                with negative:
+                    builder.atomic_rmw("umin" if maximum else "umax", int_ptr, x_bits, "monotonic")
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return extremum
+
+
+if not config.ENABLE_CUDASIM:
+    atomic_max_float = _make_atomic_extremum(True)
+    atomic_min_float = _make_atomic_extremum(False)
+else:  # pragma: no cover - simulator only: simulated threads are Python threads
+    _atomic_lock = threading.Lock()
+
+    def atomic_max_float(arr, i, j, value):
+        with _atomic_lock:
+            arr[i, j] = max(arr[i, j], value)
+
+    def atomic_min_float(arr, i, j, value):
+        with _atomic_lock:
+            arr[i, j] = min(arr[i, j], value)
+
+
 @cuda.jit(device=True, inline="always")
 def warp_sum(value):
     """Sum of ``value`` over the 32 lanes of a warp; every lane gets the total."""

@@ -1,6 +1,7 @@
 """Real-GPU checks: larger graphs, CuPy and PyTorch arrays in and out (skipped without a GPU)."""
 import numpy as np
 import pytest
+from numba import cuda
 
 import numbasparse as ns
 from numbasparse import graphs
@@ -27,6 +28,34 @@ def test_spmm_on_rmat(rmat, algorithm, reduce, n, dtype, index_dtype):
     out = cuda.to_device(np.full((rmat.shape[0], n), np.nan, dtype))
     ns.spmm(A, cuda.to_device(B), reduce=reduce, algorithm=algorithm, out=out)
     assert_close(out.copy_to_host(), spmm_reference(rmat, B, reduce), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("maximum", [True, False])
+def test_atomic_extremum_on_float_bits(dtype, maximum):
+    """One integer atomic on the bits gives the float max/min, for any mix of signs, zeros and
+    infinities in the stored value and the new ones."""
+    from numbasparse.cuda.intrinsics import atomic_max_float, atomic_min_float
+
+    extremum = atomic_max_float if maximum else atomic_min_float
+
+    @cuda.jit
+    def apply(out, values):
+        t = cuda.grid(1)
+        if t < values.shape[0]:
+            extremum(out, t % out.shape[0], t // out.shape[0] % out.shape[1], values[t])
+
+    rng = np.random.default_rng()
+    special = np.array([0.0, -0.0, np.inf, -np.inf, 1e-30, -1e-30], dtype)
+    start = np.concatenate([special, rng.standard_normal(58)]).astype(dtype).reshape(16, 4)
+    values = np.concatenate([special, rng.standard_normal(4096 - 6) * 10.0 ** rng.integers(-3, 4, 4090)]).astype(dtype)
+    out = cuda.to_device(start)
+    apply[16, 256](out, cuda.to_device(values))
+    expected = start.copy()
+    for t, v in enumerate(values):
+        i, j = t % 16, t // 16 % 4
+        expected[i, j] = max(expected[i, j], v) if maximum else min(expected[i, j], v)
+    np.testing.assert_array_equal(out.copy_to_host(), expected)
 
 
 @pytest.mark.parametrize("k, f, dtype", [(33, 16, np.float32), (300, 70, np.float32), (64, 8, np.float64)])
