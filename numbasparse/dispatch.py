@@ -238,12 +238,16 @@ def simulator_enabled():
 def _auto_name(op, backend, n_cols, nnz):
     if backend == "cpu":
         return "cpu_rows"
-    # HP kernels balance work by nonzeros, so heavy rows do not stall one warp: 3-14x faster
-    # than CRC/CWM on R-MAT graphs from 1.8M nonzeros (BENCHMARKS.md).  Since its lane groups and
-    # memset, HP is also the faster kernel on the small graphs, where CRC+CWM used to win by one
-    # launch against HP's two: 8-55 us kernel time on Cora, Citeseer, PubMed and the default
-    # graph (H100, 2026-11-23b), CRC+CWM 23-90 us earlier in that session (then both kernels
-    # were compiled for strided operands, see arrays.DeviceView).
+    # HP kernels balance work by nonzeros, so heavy rows do not stall one warp.  Measured on the
+    # H100 (BENCHMARKS.md, session 6: crc_small.json, spmm_maxmin.json, ab_max_int_atomics.txt),
+    # kernel time of HP against the best of CRC, CRC+CWM2 and CRC+CWM4 at N = 32..256: sum
+    # faster in all 32 cases on Cora, Citeseer, PubMed, the default graph, powerlaw:30000:8,
+    # powerlaw:100000:8, rmat:14 and rmat:16 (1.7-7.9x on the small and power-law graphs, 10-29x
+    # on R-MAT: a row-per-warp kernel waits for its longest row, one B load after another); max
+    # and min, since their integer atomics, 8.3-55 us on the four small graphs against 17-87 us
+    # for CRC+CWM2.  CRC saves HP's second launch (memset or fill), which shows only in
+    # host-bound single calls.  The condensed-tile kernel tried in session 6
+    # (benchmarks/experiments/condensed-tiles.patch) was 4.3-12x slower than HP on every graph.
     return "hp"
 
 

@@ -7,7 +7,9 @@ are the hardware instructions.  On the simulator a warp barrier becomes a block 
 the threads still running (stronger than needed, so it is still correct), and a shuffle
 exchanges values through a per-block table between two such barriers.  ``syncblock()`` is
 ``cuda.syncthreads()``, kept apart so that on the simulator warp barriers elsewhere in the
-block cannot release it.
+block cannot release it.  Two memory operations Numba does not emit are built here from LLVM
+IR: ``vector_load`` (one 8- or 16-byte load) and ``atomic_max_float``/``atomic_min_float``
+(one integer atomic on a float's bits); they too have plain-Python simulator versions.
 """
 import threading
 
