@@ -2,7 +2,10 @@
     python tools/launch_floor.py
 Per-call microseconds (back to back, 2000 calls) of an empty Numba kernel launched through
 Numba, through ``launch.run``, of a bare cuLaunchKernel (cuda.bindings and ctypes) and
-cuMemsetD8Async, and of a tiny torch op: the floor under any host path."""
+cuMemsetD8Async, and of a tiny torch op: the floor under any host path.  Then the same kind of
+calls timed as the benchmark's ``ms`` column times one call (between two events on an idle GPU,
+median of 200), from nothing between the events to ``ns.spmm`` and ``torch.sparse.mm`` on a
+10-row graph: the part of a small call's event time that no kernel can remove."""
 import ctypes
 import sys
 from pathlib import Path
@@ -13,7 +16,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
-from numbasparse.bench.timing import host_us_per_call  # noqa: E402
+import numbasparse as ns  # noqa: E402
+from numbasparse import graphs  # noqa: E402
+from numbasparse.bench.timing import host_us_per_call, time_cuda  # noqa: E402
 from numbasparse.cuda import launch  # noqa: E402
 
 
@@ -60,3 +65,20 @@ except Exception as exc:  # noqa: BLE001
     print("driver:", exc)
 for name, f in rows.items():
     print(f"{name:<40} {host_us_per_call(f, calls=2000, warmup=50):7.2f} us")
+
+tiny = ns.CSR.from_scipy(graphs.rmat(4, 2))
+tiny_torch = torch.sparse_csr_tensor(torch.as_tensor(tiny.to_scipy().indptr), torch.as_tensor(tiny.to_scipy().indices),
+                                     torch.as_tensor(tiny.to_scipy().data), size=tiny.shape, device="cuda")
+Bt = torch.randn(tiny.shape[1], 32, device="cuda")
+one_call = {
+    "nothing between the events": lambda: None,
+    "torch t.add_(1)": lambda: t.add_(1),
+    "launch.run(empty, x)": lambda: launch.run(empty, 1, 32, 0, x),
+    "cuMemsetD8Async + launch.run(empty, x)": lambda: (memset(launch._device_pointer(x), 0, 64, 0),
+                                                      launch.run(empty, 1, 32, 0, x)),
+    "ns.spmm (16-row graph, torch B, N=32)": lambda: ns.spmm(tiny, Bt),
+    "torch.sparse.mm (same)": lambda: torch.sparse.mm(tiny_torch, Bt),
+}
+print("\none call on an idle GPU, between two events (median of 200):")
+for name, f in one_call.items():
+    print(f"{name:<40} {time_cuda(f, warmup=20, repeat=200)[0] * 1e3:7.2f} us")

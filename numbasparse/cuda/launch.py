@@ -158,12 +158,15 @@ def hp_nnz_per_warp(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1):
 # kernel and calls the driver's cuLaunchKernel through cuda.bindings (the driver call
 # itself takes ~6 us on the H100 machine, the packing 2-4 us: tools/launch_floor.py).
 # It falls back to the ordinary launch on the simulator, on machines with several GPUs
-# (one compiled module per context), whenever an argument does not match, and after
-# any driver error (Numba's launch then reports it).  ``bind`` goes one step further for
-# launchers called again and again on one matrix: the arguments are packed once and a
-# call writes only the data pointers of the dense operands.
+# (one compiled module per context), whenever an argument does not match, and after a
+# driver error (Numba's launch then sets up or reports what was wrong).  ``bind`` goes
+# one step further for launchers called again and again on one matrix: the arguments are
+# packed once and a call writes only the data pointers of the dense operands.
 
 _fast_launch = {}
+#: Driver errors in a row after which a kernel's fast launch stays off (one error, e.g. from a
+#: thread with no current context, only sends that call through Numba's launch).
+FAST_LAUNCH_FAILURES = 3
 
 
 def run(kernel, grid, block, stream, *args):
@@ -226,6 +229,7 @@ class _FastLaunch:
         self.slots, self.params_address = _parameter_buffer([0] * n_slots)
         self.lock = threading.Lock()  # the driver reads the slots without holding the GIL
         self.enabled = True
+        self.failures = 0  # driver errors in a row
 
     def pack(self, args):
         """The slot values of ``args``, or None if an argument does not match the signature."""
@@ -255,13 +259,17 @@ class _FastLaunch:
 
     def call(self, params_address, grid, block, stream):
         """cuLaunchKernel with the parameters at ``params_address`` on ``grid`` x ``block``
-        (3-tuples); False after a driver error."""
+        (3-tuples); False after a driver error (nothing was launched: the caller then launches
+        through Numba, which sets up what was missing, e.g. a context on a new thread, or
+        raises).  After FAST_LAUNCH_FAILURES errors in a row the fast path is off for good."""
         gx, gy, gz = grid
         bx, by, bz = block
         (err,) = _driver()[0](self.function, gx, gy, gz, bx, by, bz, 0, stream_handle(stream), params_address, 0)
         if err:
-            self.enabled = False  # e.g. no current context on this thread: Numba's launch from now on
+            self.failures += 1
+            self.enabled = self.failures < FAST_LAUNCH_FAILURES
             return False
+        self.failures = 0
         return True
 
     def slot_offsets(self):

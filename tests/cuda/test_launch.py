@@ -92,3 +92,16 @@ def test_run_bound_binds_at_the_second_call(driver, monkeypatch):
         assert isinstance(cache["k"], launch.BoundLaunch) == (call >= 1)
         assert driver.calls[-1][4][7 + 4] == 8192 * (call + 1)  # B's data pointer of this call
     assert len(driver.calls) == 3
+
+
+def test_a_driver_error_sends_only_that_call_to_numba(driver, monkeypatch):
+    """An error (nothing launched) makes the call fall back; the fast path stays on unless
+    FAST_LAUNCH_FAILURES errors come in a row."""
+    results = iter([(1,), (0,)] + [(1,)] * launch.FAST_LAUNCH_FAILURES)
+    monkeypatch.setattr(launch, "_driver", lambda: (lambda *args: next(results), None))
+    args = (view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384), 1, 0.5)
+    assert not driver.fast.launch(1, 32, 0, args) and driver.fast.enabled
+    assert driver.fast.launch(1, 32, 0, args) and driver.fast.failures == 0
+    for _ in range(launch.FAST_LAUNCH_FAILURES):
+        assert not driver.fast.launch(1, 32, 0, args)
+    assert not driver.fast.enabled
