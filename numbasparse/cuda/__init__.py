@@ -40,10 +40,9 @@ def kernel_configs():
         configs.append((f"spmm_dense {value}/{index}", hc.spmm_dense_kernel(value, index),
                         (*csr, *windows, V[:, ::1], V[:, ::1], V[:, ::1])))
         for q in (1, 2, 4, 8):
-            configs.append((f"sddmm_spmm q={q} {value}/{index}", fused.sddmm_spmm_kernel(q, value),
-                            (*csr, V[:, ::1], V[:, ::1], V[:, ::1], V[:, ::1])))
-            configs.append((f"attention q={q} {value}/{index}", fused.attention_kernel(q, value),
-                            (*csr, V[:, ::1], V[:, ::1], V[:, ::1], V[:, ::1])))
+            for softmax in (False, True):
+                configs.append((f"fused_row q={q} softmax={softmax} {value}/{index}",
+                                fused.fused_row_kernel(q, value, softmax), (*csr, *(V[:, ::1],) * 4)))
         for schedule in (tiled.Schedule(1, 32, 1, 32, False), tiled.Schedule(8, 32, 4, 64, True),
                          tiled.Schedule(32, 8, 2, 32, False)):
             configs.append((f"spmm_tiled {schedule.m_tile}x{schedule.n_tile}x{schedule.reg_tile}x"

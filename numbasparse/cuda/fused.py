@@ -28,73 +28,25 @@ def per_lane(n_cols):
 
 
 @functools.lru_cache(maxsize=None)
-def _row_score():
-    @cuda.jit(device=True, inline="always")
-    def row_score(X, Y, row, j, lane, zero):
-        """``<X[row], Y[j]>`` by the whole warp (lanes over k, shuffle sum); every lane gets it."""
-        partial = zero
-        for k in range(lane, X.shape[1], WARP):
-            partial += X[row, k] * Y[j, k]
-        return warp_sum(partial)
-    return row_score
-
-
-@functools.lru_cache(maxsize=None)
-def sddmm_spmm_kernel(q, value_dtype):
-    """Compile-once factory of the fused ``(A ⊙ (X Y^T)) Z`` kernel.
+def fused_row_kernel(q, value_dtype, softmax):
+    """Compile-once factory of the fused ``(A ⊙ (X Y^T)) Z`` kernel (``softmax`` False) and of
+    fused graph attention ``softmax_row(A ⊙ (Q K^T)) V`` (True, with X, Y, Z = Q, K, V).
 
     Thread mapping: one warp per row i; for each stored (i, j) the warp computes
     ``s = a_ij <X[i], Y[j]>`` (lanes over k, shuffle sum), then lane l adds ``s * Z[j, c]``
-    for its ``q`` columns ``c = n0 + l + 32 r`` (coalesced); blockIdx.y picks ``n0``.
-    """
-    value_type = numba.from_dtype(np.dtype(value_dtype))
-    zero = np.dtype(value_dtype).type(0)
-    warps = launch.ROW_WARPS_PER_BLOCK
-    row_score = _row_score()
-
-    @cuda.jit
-    def sddmm_spmm(indptr, indices, data, X, Y, Z, out):
-        lane = cuda.threadIdx.x % WARP
-        row = cuda.blockIdx.x * warps + cuda.threadIdx.x // WARP
-        if row >= out.shape[0]:
-            return
-        n = out.shape[1]
-        n0 = cuda.blockIdx.y * WARP * q
-        acc = cuda.local.array(q, value_type)
-        for r in range(q):
-            acc[r] = zero
-        for p in range(indptr[row], indptr[row + 1]):
-            j = indices[p]
-            s = data[p] * row_score(X, Y, row, j, lane, zero)
-            for r in range(q):
-                c = n0 + lane + WARP * r
-                if c < n:
-                    acc[r] += s * Z[j, c]
-        for r in range(q):
-            c = n0 + lane + WARP * r
-            if c < n:
-                out[row, c] = acc[r]
-
-    return sddmm_spmm
-
-
-@functools.lru_cache(maxsize=None)
-def attention_kernel(q, value_dtype):
-    """Compile-once factory of fused graph attention ``softmax_row(A ⊙ (Q K^T)) V``.
-
-    Thread mapping as :func:`sddmm_spmm_kernel`; the softmax is computed online (running
-    maximum and sum, earlier terms rescaled when the maximum grows, as in FlashAttention),
-    so scores are never stored.  Rows with no stored entry give 0.
+    for its ``q`` columns ``c = n0 + l + 32 r`` (coalesced); blockIdx.y picks ``n0``.  The
+    softmax is computed online (running maximum and sum, earlier terms rescaled when the
+    maximum grows, as in FlashAttention), so scores are never stored; rows with no stored
+    entry give 0.  Without it the rescale factors are the constant 1 and fold away.
     """
     value_type = numba.from_dtype(np.dtype(value_dtype))
     zero = np.dtype(value_dtype).type(0)
     one = np.dtype(value_dtype).type(1)
     lowest = np.dtype(value_dtype).type(-np.inf)
     warps = launch.ROW_WARPS_PER_BLOCK
-    row_score = _row_score()
 
     @cuda.jit
-    def attention(indptr, indices, data, Q, K, V, out):
+    def fused_row(indptr, indices, data, X, Y, Z, out):
         lane = cuda.threadIdx.x % WARP
         row = cuda.blockIdx.x * warps + cuda.threadIdx.x // WARP
         if row >= out.shape[0]:
@@ -108,23 +60,31 @@ def attention_kernel(q, value_dtype):
         running_sum = zero
         for p in range(indptr[row], indptr[row + 1]):
             j = indices[p]
-            s = data[p] * row_score(Q, K, row, j, lane, zero)
-            new_max = max(running_max, s)
-            rescale = math.exp(running_max - new_max)
-            weight = math.exp(s - new_max)
-            running_sum = running_sum * rescale + weight
-            running_max = new_max
+            partial = zero
+            for k in range(lane, X.shape[1], WARP):
+                partial += X[row, k] * Y[j, k]
+            s = data[p] * warp_sum(partial)
+            rescale = one
+            weight = s
+            if softmax:
+                new_max = max(running_max, s)
+                rescale = math.exp(running_max - new_max)
+                weight = math.exp(s - new_max)
+                running_sum = running_sum * rescale + weight
+                running_max = new_max
             for r in range(q):
                 c = n0 + lane + WARP * r
                 if c < n:
-                    acc[r] = acc[r] * rescale + weight * V[j, c]
-        scale = one / running_sum if running_sum > zero else zero
+                    acc[r] = acc[r] * rescale + weight * Z[j, c]
+        scale = one
+        if softmax:
+            scale = one / running_sum if running_sum > zero else zero
         for r in range(q):
             c = n0 + lane + WARP * r
             if c < n:
                 out[row, c] = acc[r] * scale
 
-    return attention
+    return fused_row
 
 
 @functools.lru_cache(maxsize=None)
@@ -163,27 +123,24 @@ def edge_softmax_kernel(value_dtype):
     return edge_softmax
 
 
-def _row_grid(out):
-    m, n = out.shape
-    q = per_lane(n)
-    grid, block = launch.row_warp_grid(m, n, WARP * q)
-    return q, grid, block
-
-
 def sddmm_spmm(A, X, Y, Z, out, *, stream=0):
     """Launch the fused ``out = (A ⊙ (X Y^T)) Z``."""
-    if out.shape[0] == 0 or out.shape[1] == 0:
-        return
-    q, grid, block = _row_grid(out)
-    launch.run(sddmm_spmm_kernel(q, out.dtype.str), grid, block, stream, A.indptr, A.indices, A.data, X, Y, Z, out)
+    _fused_row(A, X, Y, Z, out, False, stream)
 
 
 def attention(A, Q, K, V, out, *, stream=0):
     """Launch fused graph attention ``out = softmax_row(A ⊙ (Q K^T)) V``."""
-    if out.shape[0] == 0 or out.shape[1] == 0:
+    _fused_row(A, Q, K, V, out, True, stream)
+
+
+def _fused_row(A, X, Y, Z, out, softmax, stream):
+    m, n = out.shape
+    if m == 0 or n == 0:
         return
-    q, grid, block = _row_grid(out)
-    launch.run(attention_kernel(q, out.dtype.str), grid, block, stream, A.indptr, A.indices, A.data, Q, K, V, out)
+    q = per_lane(n)
+    grid, block = launch.row_warp_grid(m, n, WARP * q)
+    launch.run(fused_row_kernel(q, out.dtype.str, softmax), grid, block, stream, A.indptr, A.indices, A.data, X, Y,
+               Z, out)
 
 
 def edge_softmax(A, values, out, *, stream=0):

@@ -26,8 +26,10 @@ assert WINDOW * TILE_COLS == THREADS  # one thread per slot of a 16x8 tile
 
 @functools.lru_cache(maxsize=None)
 def window_paths(value_dtype, index_dtype):
-    """Device functions ``(tiles_into, cores_into)`` that add one window's product with 32
-    columns of B (from ``col0``) into each thread's 4 accumulators.
+    """The device function ``window_into(acc, w, col0, use_tiles, ...)``: each thread's 4
+    accumulators set to its part of window w's product with 32 columns of B (from ``col0``), on
+    the dense-tile path (``tiles_into``) or the CUDA-core path (``cores_into``), as
+    ``use_tiles[w]`` says.
 
     Thread mapping: 128 threads per window; thread t owns row ``t // 8`` of the window and
     columns ``col0 + t % 8 + 8 q`` (q < 4), so each warp instruction reads 32 contiguous bytes
@@ -102,7 +104,19 @@ def window_paths(value_dtype, index_dtype):
                         acc[q] += a * B[k, j]
             cuda.syncthreads()
 
-    return tiles_into, cores_into
+    @cuda.jit(device=True, inline="always")
+    def window_into(acc, w, col0, use_tiles, indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry,
+                    tile_slot, B):
+        """``acc`` = the window's product with 32 columns of B from ``col0``, on the path
+        ``use_tiles[w]`` picks."""
+        for q in range(PER_THREAD):
+            acc[q] = zero
+        if use_tiles[w]:
+            tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
+        else:
+            cores_into(acc, w, col0, indptr, indices, data, B)
+
+    return window_into
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,8 +128,7 @@ def spmm_hc_kernel(value_dtype, index_dtype):
     per-window hybrid, paper 001 section IV-A: no merging, each window is one block's).
     """
     value_type = numba.from_dtype(np.dtype(value_dtype))
-    zero = np.dtype(value_dtype).type(0)
-    tiles_into, cores_into = window_paths(value_dtype, index_dtype)
+    window_into = window_paths(value_dtype, index_dtype)
 
     @cuda.jit
     def spmm_hc(indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot,
@@ -125,12 +138,8 @@ def spmm_hc_kernel(value_dtype, index_dtype):
         m, n = C.shape
         col0 = cuda.blockIdx.y * COLS
         acc = cuda.local.array(PER_THREAD, value_type)
-        for q in range(PER_THREAD):
-            acc[q] = zero
-        if use_tiles[w]:
-            tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
-        else:
-            cores_into(acc, w, col0, indptr, indices, data, B)
+        window_into(acc, w, col0, use_tiles, indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry,
+                    tile_slot, B)
         row = w * WINDOW + t // 8
         if row < m:
             for q in range(PER_THREAD):
@@ -154,7 +163,7 @@ def spmm_dense_kernel(value_dtype, index_dtype):
     """
     value_type = numba.from_dtype(np.dtype(value_dtype))
     zero = np.dtype(value_dtype).type(0)
-    tiles_into, cores_into = window_paths(value_dtype, index_dtype)
+    window_into = window_paths(value_dtype, index_dtype)
     stride = FUSED_K + 1  # padded rows: the 4 rows a warp reads at once sit in different banks
     z_size = WINDOW * stride
 
@@ -171,12 +180,8 @@ def spmm_dense_kernel(value_dtype, index_dtype):
         acc = cuda.local.array(PER_THREAD, value_type)
         for k0 in range(0, max(k_total, 1), FUSED_K):  # one pass when X has no columns: zeros
             for c0 in range(k0, min(k0 + FUSED_K, k_total), COLS):
-                for q in range(PER_THREAD):
-                    acc[q] = zero
-                if use_tiles[w]:
-                    tiles_into(acc, w, c0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, X)
-                else:
-                    cores_into(acc, w, c0, indptr, indices, data, X)
+                window_into(acc, w, c0, use_tiles, indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr,
+                            tile_entry, tile_slot, X)
                 for q in range(PER_THREAD):
                     z[r * stride + c0 - k0 + t % 8 + 8 * q] = acc[q]
             cuda.syncthreads()
