@@ -1,6 +1,9 @@
 """Where does a small-graph call spend its host time?  Run on a GPU machine:
-    python tools/profile_call.py
-Prints per-call microseconds of each layer and a cProfile of the public call on torch tensors."""
+    python tools/profile_call.py [--graph SPEC] [--n N]
+Prints per-call microseconds of each layer (back to back, and after a sync), the event time of one
+call on an idle GPU (the benchmark's ``ms``) and a cProfile of the public call on torch tensors.
+SPEC as the benchmark's ``--graphs`` (default: the bundled graph), N the dense width (64)."""
+import argparse
 import cProfile
 import pstats
 import sys
@@ -15,15 +18,20 @@ from numba import cuda  # noqa: E402
 
 import numbasparse as ns  # noqa: E402
 from numbasparse import arrays, dispatch, graphs  # noqa: E402
-from numbasparse.bench.timing import host_us_per_call  # noqa: E402
+from numbasparse.bench.timing import host_us_per_call, time_cuda  # noqa: E402
 from numbasparse.cuda import hp, launch  # noqa: E402
 
 
-A = graphs.default_graph()
+parser = argparse.ArgumentParser()
+parser.add_argument("--graph", default="default")
+parser.add_argument("--n", type=int, default=64)
+args = parser.parse_args()
+N = args.n
+A = graphs.from_spec(args.graph).astype(np.float32)
 csr = ns.CSR.from_scipy(A)
-Bt = torch.randn(A.shape[1], 64, device="cuda")
-Ct = torch.empty(A.shape[0], 64, device="cuda")
-Xt = torch.randn(A.shape[0], 64, device="cuda")
+Bt = torch.randn(A.shape[1], N, device="cuda")
+Ct = torch.empty(A.shape[0], N, device="cuda")
+Xt = torch.randn(A.shape[0], N, device="cuda")
 Bn, Cn = cuda.as_cuda_array(Bt), cuda.as_cuda_array(Ct)
 S = torch.sparse_csr_tensor(torch.as_tensor(A.indptr, device="cuda"), torch.as_tensor(A.indices, device="cuda"),
                             torch.as_tensor(A.data, device="cuda"), size=A.shape)
@@ -33,8 +41,8 @@ stream = arrays.stream_of(Bd)
 rows = {
     "torch.sparse.mm": lambda: torch.sparse.mm(S, Bt),
     "  arrays.dense(B)": lambda: arrays.dense(Bt, "B", 2),
-    "  dispatch.resolve": lambda: dispatch.resolve("spmm", "hp", "auto", True, 64, csr.nnz, "sum"),
-    "  arrays.empty_like_framework": lambda: arrays.empty_like_framework(Bd, (A.shape[0], 64), np.float32),
+    "  dispatch.resolve": lambda: dispatch.resolve("spmm", "hp", "auto", True, N, csr.nnz, "sum"),
+    "  arrays.empty_like_framework": lambda: arrays.empty_like_framework(Bd, (A.shape[0], N), np.float32),
     "  arrays.stream_of": lambda: arrays.stream_of(Bd),
     "  launch.zero(C)": lambda: launch.zero(Cv, stream),
     "  hp.spmm_hp(views)": lambda: hp.spmm_hp(csr, Bv, Cv, "sum", stream=stream),
@@ -62,8 +70,10 @@ def per_call_synced_us(fn, n=200):
     return float(np.median(times)) * 1e6
 
 
+print(f"graph {args.graph}: {A.shape[0]} rows, {A.nnz} nonzeros, N={N}")
 for name, fn in rows.items():
-    print(f"{name:<36} {host_us_per_call(fn):8.1f} us back to back, {per_call_synced_us(fn):8.1f} us after a sync")
+    print(f"{name:<36} {host_us_per_call(fn):8.1f} us back to back, {per_call_synced_us(fn):8.1f} us after a sync, "
+          f"{time_cuda(fn, warmup=20, repeat=100)[0] * 1e3:8.1f} us by events")
 prof = cProfile.Profile()
 for _ in range(300):
     torch.cuda.synchronize()
