@@ -21,8 +21,6 @@ def rmat():
 @pytest.mark.parametrize("n, dtype, index_dtype", [(33, np.float32, np.int32), (128, np.float32, np.int64),
                                                    (70, np.float64, np.int32)])
 def test_spmm_on_rmat(rmat, algorithm, reduce, n, dtype, index_dtype):
-    from numba import cuda
-
     B = np.random.default_rng().standard_normal((rmat.shape[1], n)).astype(dtype)
     A = ns.CSR.from_scipy(rmat, dtype=dtype, index_dtype=index_dtype)
     out = cuda.to_device(np.full((rmat.shape[0], n), np.nan, dtype))
@@ -60,8 +58,6 @@ def test_atomic_extremum_on_float_bits(dtype, maximum):
 
 @pytest.mark.parametrize("k, f, dtype", [(33, 16, np.float32), (300, 70, np.float32), (64, 8, np.float64)])
 def test_fused_gcn_layer_on_rmat(rmat, k, f, dtype):
-    from numba import cuda
-
     rng = np.random.default_rng()
     X = rng.standard_normal((rmat.shape[1], k)).astype(dtype)
     W = rng.standard_normal((k, f)).astype(dtype)
@@ -128,8 +124,6 @@ def _sass(kernel):
 def test_hp_kernel_uses_16_byte_loads_of_B():
     """Hierarchical vectorized memory access: N=128 float32 rows are read with LDG.128.  The
     kernel's register cap (launch.HP_MAX_REGISTERS) costs it one 8-byte spill, no more."""
-    from numba import cuda
-
     from numbasparse.cuda import hp
 
     A = ns.CSR.from_scipy(graphs.rmat(8, 4))
@@ -147,8 +141,6 @@ def test_crc_kernel_keeps_accumulators_in_registers():
 
     kernel = crc.spmm_crc_cwm_kernel(0, 4, "<f4", "<i4")
     A = ns.CSR.from_scipy(graphs.rmat(8, 4))
-    from numba import cuda
-
     B = cuda.to_device(np.ones((A.shape[1], 128), np.float32))
     C = cuda.device_array((A.shape[0], 128), np.float32)
     crc.spmm_crc_cwm(A, B, C, "sum", cf=4)
