@@ -5,7 +5,7 @@ Numba, through ``launch.run``, of a bare cuLaunchKernel (cuda.bindings and ctype
 cuMemsetD8Async, and of a tiny torch op: the floor under any host path.  Then the same kind of
 calls timed as the benchmark's ``ms`` column times one call (between two events on an idle GPU,
 median of 200), from nothing between the events to ``ns.spmm`` and ``torch.sparse.mm`` on a
-10-row graph: the part of a small call's event time that no kernel can remove."""
+16-row graph: the part of a small call's event time that no kernel can remove."""
 import ctypes
 import sys
 from pathlib import Path
@@ -18,6 +18,7 @@ from numba import cuda  # noqa: E402
 
 import numbasparse as ns  # noqa: E402
 from numbasparse import graphs  # noqa: E402
+from numbasparse.bench.baselines import torch_csr  # noqa: E402
 from numbasparse.bench.timing import host_us_per_call, time_cuda  # noqa: E402
 from numbasparse.cuda import launch  # noqa: E402
 
@@ -66,9 +67,9 @@ except Exception as exc:  # noqa: BLE001
 for name, f in rows.items():
     print(f"{name:<40} {host_us_per_call(f, calls=2000, warmup=50):7.2f} us")
 
-tiny = ns.CSR.from_scipy(graphs.rmat(4, 2))
-tiny_torch = torch.sparse_csr_tensor(torch.as_tensor(tiny.to_scipy().indptr), torch.as_tensor(tiny.to_scipy().indices),
-                                     torch.as_tensor(tiny.to_scipy().data), size=tiny.shape, device="cuda")
+tiny_graph = graphs.rmat(4, 2)
+tiny = ns.CSR.from_scipy(tiny_graph)
+torch_mm = torch_csr(np.int32)(tiny_graph, "spmm", "sum", np.float32)  # the benchmark's yardstick
 Bt = torch.randn(tiny.shape[1], 32, device="cuda")
 one_call = {
     "nothing between the events": lambda: None,
@@ -77,7 +78,7 @@ one_call = {
     "cuMemsetD8Async + launch.run(empty, x)": lambda: (memset(launch._device_pointer(x), 0, 64, 0),
                                                       launch.run(empty, 1, 32, 0, x)),
     "ns.spmm (16-row graph, torch B, N=32)": lambda: ns.spmm(tiny, Bt),
-    "torch.sparse.mm (same)": lambda: torch.sparse.mm(tiny_torch, Bt),
+    "torch.sparse.mm (same)": lambda: torch_mm(Bt),
 }
 print("\none call on an idle GPU, between two events (median of 200):")
 for name, f in one_call.items():

@@ -87,13 +87,23 @@ else:  # pragma: no cover - exercised only under the simulator
         return _exchange(value, lambda _: lane)
 
 
+def _item_pointer(context, builder, sig, args):
+    """LLVM pointer to ``arr[i, j]`` for an intrinsic whose first three arguments are
+    ``(arr, i, j)``."""
+    from numba.core import cgutils
+
+    arr_type = sig.args[0]
+    array = context.make_array(arr_type)(context, builder, args[0])
+    index = [context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2)]
+    return cgutils.get_item_pointer(context, builder, arr_type, array, index)
+
+
 def _make_vector_load(width):
     """An intrinsic ``load(arr, i, j) -> tuple`` of ``arr[i, j:j + width]`` as ONE vector
     load (``ld.global.v2``/``.v4``: 8 or 16 bytes).  Numba emits only scalar loads for
     array indexing, so this builds the LLVM vector load directly.  The caller guarantees
     that ``arr[i, j]`` is aligned to ``width`` elements (row length and base pointer)."""
     from llvmlite import ir
-    from numba.core import cgutils
     from numba.cuda.extending import intrinsic
 
     @intrinsic
@@ -102,9 +112,7 @@ def _make_vector_load(width):
 
         def codegen(context, builder, sig, args):
             arr_type = sig.args[0]
-            array = context.make_array(arr_type)(context, builder, args[0])
-            index = [context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2)]
-            ptr = cgutils.get_item_pointer(context, builder, arr_type, array, index)
+            ptr = _item_pointer(context, builder, sig, args)
             vector_type = ir.VectorType(context.get_data_type(arr_type.dtype), width)
             align = width * arr_type.dtype.bitwidth // 8
             vector = builder.load(builder.bitcast(ptr, vector_type.as_pointer()), align=align)
@@ -144,7 +152,6 @@ def _make_atomic_extremum(maximum):
     otherwise (min: signed min, unsigned max).  Exact for every non-NaN value, +-0 and
     +-inf included."""
     from llvmlite import ir
-    from numba.core import cgutils
     from numba.cuda.extending import intrinsic
 
     @intrinsic
@@ -153,9 +160,7 @@ def _make_atomic_extremum(maximum):
 
         def codegen(context, builder, sig, args):
             arr_type = sig.args[0]
-            array = context.make_array(arr_type)(context, builder, args[0])
-            index = [context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2)]
-            ptr = cgutils.get_item_pointer(context, builder, arr_type, array, index)
+            ptr = _item_pointer(context, builder, sig, args)
             bits = ir.IntType(arr_type.dtype.bitwidth)
             x = context.cast(builder, args[3], sig.args[3], arr_type.dtype)
             x_bits = builder.bitcast(x, bits)
