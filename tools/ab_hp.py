@@ -1,11 +1,13 @@
 """A/B of the HP kernels against a baseline copy of hp.py, by kernel time (CUPTI), best of 3.
 
     git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py   # the baseline (not committed)
-    python tools/ab_hp.py [--ops spmm,spmm_max,sddmm] [--n 32,64,128,256] [--baseline MODULE] GRAPH...
+    python tools/ab_hp.py [--ops spmm,spmm_max,sddmm] [--n 32,64,128,256] [--baseline MODULE]
+                          [--variants MODULE,...] GRAPH...
 
 GRAPH is default, rmat:SCALE, sampled:SPEC (32 GraphSAINT-style subgraphs of SPEC, one call
 each, as the benchmark's sampled workload) or the name of a graph in .data/.  Each case checks
-both results against a float64 reference first and prints old and new microseconds and old/new.
+every result against a float64 reference first and prints the microseconds of the baseline and of
+each variant (default: numbasparse.cuda.hp, "new") and baseline/variant.
 """
 import argparse
 import importlib
@@ -33,28 +35,42 @@ def load(spec):
     return [graphs.load_npz_dir(".data")[spec]]
 
 
-def cases(As, op, n, module, rng):
+def operands(As, op, n, rng):
+    """Fresh random operands and the float64 reference result for each graph of a case, made
+    once and shared by the baseline and every variant."""
+    out = []
+    for A in As:
+        if op == "sddmm":
+            X = rng.standard_normal((A.shape[0], n)).astype(np.float32)
+            Y = rng.standard_normal((A.shape[1], n)).astype(np.float32)
+            out.append((A, (X, Y), sddmm_reference(A, X, Y)))
+        else:
+            B = rng.standard_normal((A.shape[1], n)).astype(np.float32)
+            out.append((A, (B,), spmm_reference(A, B, "max" if op == "spmm_max" else "sum")))
+    return out
+
+
+def cases(graph_operands, op, module):
     """(callable running the kernel once per graph, worst relative error of the results)."""
-    calls, errors = zip(*(case(A, op, n, module, rng) for A in As))
+    calls, errors = zip(*(case(A, dense, expected, op, module) for A, dense, expected in graph_operands))
     return (lambda: [call() for call in calls]), max(errors)
 
 
-def case(A, op, n, module, rng):
-    """(callable running the kernel on fresh operands, relative error of its result)."""
+def case(A, dense, expected, op, module):
+    """(callable running the kernel on the given operands, relative error of its result)."""
     csr = ns.CSR.from_scipy(A)  # a fresh plan cache per module
     if op == "sddmm":
-        X = rng.standard_normal((A.shape[0], n)).astype(np.float32)
-        Y = rng.standard_normal((A.shape[1], n)).astype(np.float32)
-        Xd, Yd, out = cuda.to_device(X), cuda.to_device(Y), cuda.to_device(np.full(A.nnz, np.nan, np.float32))
+        Xd, Yd = (cuda.to_device(x) for x in dense)
+        out = cuda.to_device(np.full(A.nnz, np.nan, np.float32))
         fn = lambda: module.sddmm_hp(csr, Xd, Yd, out)  # noqa: E731
         fn()
-        return fn, relative_error(out.copy_to_host(), sddmm_reference(csr.to_scipy(), X, Y))
+        return fn, relative_error(out.copy_to_host(), expected)
     reduce = "max" if op == "spmm_max" else "sum"
-    B = rng.standard_normal((A.shape[1], n)).astype(np.float32)
-    Bd, C = cuda.to_device(B), cuda.to_device(np.full((A.shape[0], n), np.nan, np.float32))
+    Bd = cuda.to_device(dense[0])
+    C = cuda.to_device(np.full((A.shape[0], dense[0].shape[1]), np.nan, np.float32))
     fn = lambda: module.spmm_hp(csr, Bd, C, reduce)  # noqa: E731
     fn()
-    return fn, relative_error(C.copy_to_host(), spmm_reference(A, B, reduce))
+    return fn, relative_error(C.copy_to_host(), expected)
 
 
 def main():
@@ -63,11 +79,14 @@ def main():
     parser.add_argument("--ops", default="spmm,spmm_max,sddmm")
     parser.add_argument("--n", default="32,64,128,256")
     parser.add_argument("--baseline", default="numbasparse.cuda.old_hp")
+    parser.add_argument("--variants", default="numbasparse.cuda.hp")
     args = parser.parse_args()
     try:
         old_hp = importlib.import_module(args.baseline)
     except ModuleNotFoundError:
         sys.exit("make the baseline first: git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py")
+    variants = [(name.rsplit(".", 1)[-1] if name != "numbasparse.cuda.hp" else "new", importlib.import_module(name))
+                for name in args.variants.split(",")]
     rng = np.random.default_rng()
     ratios = {}
     for spec in args.graphs:
@@ -75,15 +94,18 @@ def main():
         for op in args.ops.split(","):
             for n in map(int, args.n.split(",")):
                 line = f"{spec:10} {op:9} N={n:3}"
-                us = []
-                for name, module in (("old", old_hp), ("new", hp)):
-                    fn, err = cases(As, op, n, module, rng)
-                    us.append(min(time_kernels(fn, warmup=3, repeat=20) for _ in range(3)) * 1e3)
-                    line += f"  {name} {us[-1]:8.1f} us{'' if err < 1e-5 else f' WRONG ({err:.1e})'}"
-                ratios.setdefault(op, []).append(us[0] / us[1])
-                print(f"{line}  old/new {us[0] / us[1]:5.2f}", flush=True)
-    for op, r in ratios.items():
-        print(f"{op}: old/new geomean {np.exp(np.mean(np.log(r))):.3f}, min {min(r):.2f}, max {max(r):.2f}")
+                us = {}
+                graph_operands = operands(As, op, n, rng)
+                for name, module in (("old", old_hp), *variants):
+                    fn, err = cases(graph_operands, op, module)
+                    us[name] = min(time_kernels(fn, warmup=3, repeat=20) for _ in range(3)) * 1e3
+                    line += f"  {name} {us[name]:8.1f} us{'' if err < 1e-5 else f' WRONG ({err:.1e})'}"
+                for name, _ in variants:
+                    ratios.setdefault((op, name), []).append(us["old"] / us[name])
+                    line += f"  old/{name} {us['old'] / us[name]:5.2f}"
+                print(line, flush=True)
+    for (op, name), r in ratios.items():
+        print(f"{op}: old/{name} geomean {np.exp(np.mean(np.log(r))):.3f}, min {min(r):.2f}, max {max(r):.2f}")
 
 
 if __name__ == "__main__":

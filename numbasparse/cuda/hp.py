@@ -87,7 +87,7 @@ def _fill_grid(n_elements):
 
 
 @functools.lru_cache(maxsize=None)
-def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
+def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth):
     """Compile-once factory of the HP-SpMM kernel.
 
     Thread mapping: a warp is ``32 // lanes`` groups of ``lanes`` lanes; group g owns
@@ -100,7 +100,10 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
     (column, value) pairs at a time in shared memory (coalesced), accumulates per row in
     registers and, at each row switch, stores the row (if the group owned all of it) or
     combines it atomically into C (if the row is split across groups; C was pre-filled with
-    the reduction's identity).
+    the reduction's identity).  With ``depth`` > 1 (graphs of long rows,
+    :func:`launch.hp_gather_depth`) a group walks each run of cached entries that lie in one row
+    ``depth`` entries at a time, loading all their B vectors before the first multiply, so that
+    a warp keeps ``depth`` times more gathers in flight (the kernel is latency-bound there).
 
     For max and min (an atomic is still a round trip to L2 per element, even as the one integer
     atomic of :func:`intrinsics.atomic_max_float`) the groups of a thread block merge split rows
@@ -121,6 +124,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
     tile = lanes * vec * cf
     span = lanes * vec  # columns covered by one vector load of the whole group
     width = vec * cf
+    gathered_size = depth * width
     group_mask = (1 << lanes) - 1 if lanes < WARP else 0xFFFFFFFF
     MEAN, MAX, MIN = reductions.MEAN, reductions.MAX, reductions.MIN
     merge = merges_in_block(reduce_code)
@@ -150,9 +154,53 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
                         cuda.atomic.add(C, (row, col), x)
 
     @cuda.jit(device=True, inline="always")
+    def add_entry(acc, a, B, k, j, n):
+        """acc = acc (reduce) a * B[k, this lane's columns < n] (vector loads, used at once)."""
+        for c in range(cf):
+            if j + c * span < n:
+                b = load(B, k, j + c * span)
+                for v in range(vec):
+                    acc[c * vec + v] = combine(reduce_code, acc[c * vec + v], a * b[v])
+
+    @cuda.jit(device=True, inline="always")
+    def gather_row(B, k, j, n, out, at):
+        """``out[at:at + width]`` = this lane's columns of row k of B (vector loads; slots
+        of columns past n are left unset and unused)."""
+        for c in range(cf):
+            if j + c * span < n:
+                b = load(B, k, j + c * span)
+                for v in range(vec):
+                    out[at + c * vec + v] = b[v]
+
+    @cuda.jit(device=True, inline="always")
+    def accumulate(acc, a, gathered, at, j, n):
+        """acc = acc (reduce) a * gathered[at:at + width], over this lane's columns < n."""
+        for c in range(cf):
+            if j + c * span < n:
+                for v in range(vec):
+                    acc[c * vec + v] = combine(reduce_code, acc[c * vec + v], a * gathered[at + c * vec + v])
+
+    @cuda.jit(device=True, inline="always")
     def leave_partial(partials, slot, acc):
         for v in range(width):
             partials[slot + v] = acc[v]
+
+    @cuda.jit(device=True, inline="always")
+    def next_row(C, indptr, partials, partial_rows, acc, row, row_start, row_end, seg_start, bg, slot, j, active):
+        """Finish the group's row (store it, combine it atomically, or leave it for the block
+        merge), reset ``acc`` and move to the next non-empty row: its (row, start, end)."""
+        if merge and row_start < seg_start and bg > 0:
+            partial_rows[bg] = row  # group bg - 1 holds this row too
+            if active:
+                leave_partial(partials, slot, acc)
+        elif active:
+            flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
+        row += 1
+        while indptr[row + 1] == row_end:
+            row += 1  # skip empty rows (pre-filled)
+        for v in range(width):
+            acc[v] = init
+        return row, row_end, indptr[row + 1]
 
     @cuda.jit(**options)  # (the simulator's jit takes no register cap)
     def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group):
@@ -165,6 +213,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
         partials = cuda.shared.array(merge_size, value_type)  # merge: partial rows left by groups
         partial_rows = cuda.shared.array(merge_rows_size, index_type)  # and their rows (-1: none)
         acc = cuda.local.array(width, value_type)
+        gathered = cuda.local.array(gathered_size, value_type)  # B columns of depth entries
         nnz = indices.shape[0]
         bg = (cuda.threadIdx.x // WARP) * groups + g  # the group's index in its block
         group_id = cuda.blockIdx.x * block_groups + bg
@@ -192,29 +241,32 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype):
                     cached_col[base + glane] = indices[chunk + glane]
                     cached_val[base + glane] = data[chunk + glane]
                 syncwarp_lanes(mask)
-                for kk in range(min(lanes, seg_end - chunk)):
-                    if chunk + kk >= row_end:  # row switch
-                        if merge and row_start < seg_start and bg > 0:
-                            partial_rows[bg] = row  # group bg - 1 holds this row too
-                            if active:
-                                leave_partial(partials, slot, acc)
-                        elif active:
-                            flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
-                        row += 1
-                        while indptr[row + 1] == row_end:
-                            row += 1  # skip empty rows (pre-filled)
-                        row_start = row_end
-                        row_end = indptr[row + 1]
-                        for v in range(width):
-                            acc[v] = init
-                    if active:
-                        a = cached_val[base + kk]
-                        k = cached_col[base + kk]
-                        for c in range(cf):
-                            if j + c * span < n:
-                                b = load(B, k, j + c * span)
-                                for v in range(vec):
-                                    acc[c * vec + v] = combine(reduce_code, acc[c * vec + v], a * b[v])
+                count = min(lanes, seg_end - chunk)
+                if depth == 1:  # entry by entry, all groups of the warp in step
+                    for kk in range(count):
+                        if chunk + kk >= row_end:
+                            row, row_start, row_end = next_row(C, indptr, partials, partial_rows, acc, row,
+                                                               row_start, row_end, seg_start, bg, slot, j, active)
+                        if active:
+                            add_entry(acc, cached_val[base + kk], B, cached_col[base + kk], j, n)
+                else:  # runs of entries in one row, depth entries' B rows loaded before use
+                    kk = 0
+                    while kk < count:
+                        if chunk + kk >= row_end:
+                            row, row_start, row_end = next_row(C, indptr, partials, partial_rows, acc, row,
+                                                               row_start, row_end, seg_start, bg, slot, j, active)
+                        stop = min(count, row_end - chunk)  # entries kk..stop-1 lie in this row
+                        if active:
+                            while kk + depth <= stop:
+                                for u in range(depth):
+                                    gather_row(B, cached_col[base + kk + u], j, n, gathered, u * width)
+                                for u in range(depth):
+                                    accumulate(acc, cached_val[base + kk + u], gathered, u * width, j, n)
+                                kk += depth
+                            while kk < stop:
+                                add_entry(acc, cached_val[base + kk], B, cached_col[base + kk], j, n)
+                                kk += 1
+                        kk = stop
                 syncwarp_lanes(mask)  # the next chunk overwrites the cache
             if merge and row_start < seg_start and bg > 0:
                 partial_rows[bg] = row
@@ -258,11 +310,20 @@ def prefill_rows(A, block_nnz):
     return A._derived[key]
 
 
+def spmm_hp_layout(A, n_cols, itemsize, B, lanes=None):
+    """(lanes, vec, cf, depth) of the HP-SpMM kernel for A and ``n_cols`` columns of B: the lane
+    layout (:func:`launch.hp_lane_layout`, ``lanes`` forcing the group size) and the gather
+    depth (:func:`launch.hp_gather_depth`)."""
+    lanes, vec, cf = launch.hp_lane_layout(n_cols, itemsize, B, lanes)
+    depth = launch.hp_gather_depth(A.nnz, np.count_nonzero(np.diff(A._host.indptr)), vec * cf)
+    return lanes, vec, cf, depth
+
+
 def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None):
     """Launch HP-SpMM: pre-fill C (for sum and mean a memset, their identity being 0; for max
     and min only the rows :func:`prefill_rows` lists), then the hybrid-parallel kernel.
     ``nnz_per_group`` defaults to Dynamic Task Partition's choice for this graph and GPU,
-    ``lanes`` to :func:`launch.hp_lane_layout`'s."""
+    ``lanes`` to :func:`launch.hp_lane_layout`'s (:func:`spmm_hp_layout`)."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
@@ -275,12 +336,12 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None):
     key = ("spmm_hp", code, n, C.dtype.str, launch.alignment(B), nnz_per_group, lanes)
     plan = A._derived.get(key)  # the layout and DTP rules, once per sparsity pattern
     if plan is None:
-        lanes, vec, cf = launch.hp_lane_layout(n, C.dtype.itemsize, B, lanes)
+        lanes, vec, cf, depth = spmm_hp_layout(A, n, C.dtype.itemsize, B, lanes)
         n_tiles = launch.cdiv(n, lanes * vec * cf)
         groups_per_warp = WARP // lanes
         if nnz_per_group is None:
             nnz_per_group = launch.hp_nnz_per_warp(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
-        kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str)
+        kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str, depth)
         block_groups = launch.HP_WARPS_PER_BLOCK * groups_per_warp
         grid = (launch.cdiv(launch.cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
         prefill = prefill_rows(A, block_groups * nnz_per_group) if merge else None

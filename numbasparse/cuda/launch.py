@@ -26,11 +26,12 @@ def row_warp_grid(n_rows, n_cols, cols_per_warp):
 
 #: Warps per thread block of the hybrid-parallel (HP) kernels.
 HP_WARPS_PER_BLOCK = 4
-#: Register cap of the float32 sum HP-SpMM kernels with 8 columns per lane (N >= 128): 64
-#: lets 8 blocks (32 warps) share an SM where the uncapped kernel took 68 (7 blocks), at the
-#: cost of an 8-byte spill: 4-10% faster at N = 128/256 on R-MAT and the sampled workload,
-#: the same on PubMed (H100, tools/ab_hp.py, BENCHMARKS.md).  Mean, max, min and float64 would spill 80+ bytes;
-#: the narrower kernels use fewer than 64 anyway (and ptxas allots more under a cap).
+#: Register cap of the float32 sum HP-SpMM kernels with 8 columns per lane (16-lane groups x 2
+#: vectors: N between 64 and 128, or forced lanes): 64 lets 8 blocks (32 warps) share an SM
+#: where the uncapped kernel took 68 (7 blocks), at the cost of an 8-byte spill: 4-10% faster
+#: at N = 128/256 on R-MAT and the sampled workload, the same on PubMed, when the rule still
+#: chose that layout there (H100, tools/ab_hp.py, BENCHMARKS.md).  Mean, max, min and float64
+#: would spill 80+ bytes; the narrower kernels use fewer than 64 anyway (and ptxas allots more under a cap).
 HP_MAX_REGISTERS = 64
 #: Candidate nonzeros per lane group (HP-SpMM) or per warp (HP-SDDMM), paper 000 section III-B2,
 #: largest first; 16 and 8 keep small graphs from being latency-bound (BENCHMARKS.md).
@@ -50,11 +51,33 @@ def vector_width(n_cols, itemsize, *arrays):
     return 1
 
 
+#: Entries of one row whose B rows an HP-SpMM lane group loads before it uses the first (more
+#: gathers in flight per warp), on graphs whose non-empty rows average HP_GATHER_MIN_ROW entries
+#: or more, and for lanes of at most HP_GATHER_MAX_WIDTH columns (wider ones would spill).
+HP_GATHER_DEPTH = 2
+HP_GATHER_MIN_ROW = 16
+HP_GATHER_MAX_WIDTH = 4
+
+
+def hp_gather_depth(nnz, nonempty_rows, width):
+    """Entries per HP-SpMM gather batch for a graph of ``nnz`` entries in ``nonempty_rows``
+    non-empty rows, with ``width`` columns per lane.  H100, kernel time against depth 1
+    (tools/ab_hp.py, BENCHMARKS.md): depth 2 is 1.09-1.23x faster on the sampled workload (rows
+    of ~200 entries) and 1.01-1.13x on R-MAT scales 16 and 18 (means 39 and 44); depth 4 was
+    slower than 2 (0.85-1.10x of depth 1); depth 2 on Cora and PubMed (means 4) took 0.80-0.97x
+    of depth 1 (short runs of one row leave a warp's groups on different paths), hence the rule."""
+    long_rows = nnz >= HP_GATHER_MIN_ROW * max(1, nonempty_rows)
+    return HP_GATHER_DEPTH if long_rows and width <= HP_GATHER_MAX_WIDTH else 1
+
+
 #: Fewest and most lanes per HP-SpMM lane group: narrow groups give a warp several nonzeros
-#: per instruction (H100, tools/tune_hp.py on rmat:16-20: N=32 8 lanes 1.4-2.3x faster than
-#: 32; N=128 16 lanes x 2 vectors 3-12% faster than 32 lanes x 1; N=256 within -8%..+6%).
+#: per instruction where N is small (H100, tools/tune_hp.py on rmat:16-20: N=32 8 lanes
+#: 1.4-2.3x faster than 32).  At N >= 128 a whole warp per entry (32 lanes x 4 columns, tiles of
+#: 128 columns) beat 16 lanes x 2 vectors once gathers were batched: 48 instead of 64 capped
+#: registers; sampled workload 1.15x vs 1.11x, Cora/PubMed up to 1.20x, R-MAT 18 at N=128 1.04x
+#: vs 1.10x (tools/ab_hp.py against depth 1 with 16 x 2, BENCHMARKS.md).
 HP_MIN_LANES = 4
-HP_MAX_LANES = 16
+HP_MAX_LANES = 32
 
 
 def hp_lane_layout(n_cols, itemsize, B, lanes=None):
@@ -62,9 +85,9 @@ def hp_lane_layout(n_cols, itemsize, B, lanes=None):
     aligned vectors of ``vec`` columns.  The vector is as wide as alignment allows; the group
     is HP_MAX_LANES or as narrow as that vector allows without idling lanes (lanes * vec <=
     n_cols, at least HP_MIN_LANES), so N = 32 float32 runs 8 lanes x 4 columns and a warp works
-    on 4 nonzeros at once; ``lanes`` forces the group size (32: a whole warp per group).
-    cf = 2 lets one pass over the nonzeros cover two vectors per lane (wider N: more column
-    tiles, blockIdx.y)."""
+    on 4 nonzeros at once, and N = 256 two column tiles (blockIdx.y) of 32 lanes x 4 columns.
+    ``lanes`` forces the group size.  A group narrower than HP_MAX_LANES (forced, or for N below
+    32 vectors) takes cf = 2 vectors per lane where N is wider than one vector of the group."""
     vec = vector_width(n_cols, itemsize, B)
     if lanes is None:
         lanes = HP_MAX_LANES
@@ -72,7 +95,7 @@ def hp_lane_layout(n_cols, itemsize, B, lanes=None):
             lanes //= 2
     while vec > 1 and lanes * vec > n_cols:
         vec //= 2
-    cf = 2 if n_cols > lanes * vec else 1
+    cf = 2 if n_cols > lanes * vec and lanes < HP_MAX_LANES else 1
     return lanes, vec, cf
 
 

@@ -48,12 +48,20 @@ def test_row_split_across_many_warps(reduce):
 def test_lane_layout_rules():
     assert launch.hp_lane_layout(32, 4, None) == (8, 4, 1)  # 4 nonzeros per warp step
     assert launch.hp_lane_layout(64, 4, None) == (16, 4, 1)
-    assert launch.hp_lane_layout(128, 4, None) == (16, 4, 2)
-    assert launch.hp_lane_layout(256, 4, None) == (16, 4, 2)  # two column tiles
-    assert launch.hp_lane_layout(70, 4, None) == (16, 2, 2)
-    assert launch.hp_lane_layout(33, 4, None) == (16, 1, 2)
+    assert launch.hp_lane_layout(128, 4, None) == (32, 4, 1)
+    assert launch.hp_lane_layout(256, 4, None) == (32, 4, 1)  # two column tiles
+    assert launch.hp_lane_layout(70, 4, None) == (32, 2, 1)
+    assert launch.hp_lane_layout(33, 4, None) == (32, 1, 1)
     assert launch.hp_lane_layout(8, 4, None) == (4, 2, 1)
     assert launch.hp_lane_layout(32, 4, None, lanes=32) == (32, 1, 1)  # a whole warp per group
+    assert launch.hp_lane_layout(128, 4, None, lanes=16) == (16, 4, 2)  # forced narrow: 2 vectors
+
+
+def test_gather_depth_rule():
+    assert launch.hp_gather_depth(nnz=4000, nonempty_rows=100, width=4) == 2  # rows of 40
+    assert launch.hp_gather_depth(nnz=400, nonempty_rows=100, width=4) == 1  # rows of 4
+    assert launch.hp_gather_depth(nnz=4000, nonempty_rows=100, width=8) == 1  # would spill
+    assert launch.hp_gather_depth(nnz=0, nonempty_rows=0, width=4) == 1
 
 
 @pytest.mark.parametrize("lanes", [4, 8, 16])
@@ -113,6 +121,26 @@ def test_split_rows_over_several_column_tiles_and_repeated_calls(reduce):
         C = cuda.to_device(np.full((7, 44), np.nan, np.float32))
         hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=3, lanes=4)
         assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+
+
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+@pytest.mark.parametrize("nnz_per_group", [7, None])
+def test_batched_gathers_on_long_rows(reduce, nnz_per_group):
+    """Rows averaging over HP_GATHER_MIN_ROW entries take the batched path (depth-2 runs inside
+    a row, single entries at run ends, row switches mid-chunk, empty rows, split rows)."""
+    rng = np.random.default_rng()
+    lengths = [0, 40, 17, 1, 0, 33, 2, 64, 25, 0, 19, 30]
+    dense = np.zeros((len(lengths), 70))
+    for i, n in enumerate(lengths):
+        dense[i, rng.choice(70, n, replace=False)] = rng.standard_normal(n)
+    A = sp.csr_matrix(dense)
+    n_cols = 16  # lanes of 4 columns: width 4, batches of 2 entries
+    _, vec, cf = launch.hp_lane_layout(n_cols, 4, None)
+    assert launch.hp_gather_depth(A.nnz, np.count_nonzero(lengths), vec * cf) == 2
+    B = random_dense(rng, (70, n_cols), np.float32)
+    C = run_hp(A, B, reduce, nnz_per_group=nnz_per_group)
+    assert np.all(C[np.array(lengths) == 0] == 0)
+    assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
 def test_zero_nnz_gives_zeros():
