@@ -308,8 +308,10 @@ class BoundLaunch:
     """A launch of one kernel with its arguments packed once (:func:`bind`).  A call passes
     new arrays for the ``variable`` arguments, which must have the bound arrays' dtype and
     shape (C-contiguous): only their data pointers are written, so the call's host cost is
-    the driver's.  It returns False, launching nothing, when an array does not match or the
-    fast launch is off; the caller then launches through :func:`run`."""
+    the driver's.  It returns True when launched; False, launching nothing, when an array does
+    not match or the fast launch is off (the caller then launches through :func:`run`); None
+    after a driver error (the caller then launches through Numba, which sets up or reports
+    what was wrong, without a second driver call)."""
 
     def __init__(self, fast, grid, block, values, variable, args):
         import threading
@@ -328,7 +330,9 @@ class BoundLaunch:
                 if abi is None or abi[0] != kind or abi[1][5:5 + kind[1]] != shape:
                     return False
                 self.slots[slot] = abi[1][4]
-            return self.fast.enabled and self.fast.call(self.params_address, self.grid, self.block, stream)
+            if not self.fast.enabled:
+                return False
+            return self.fast.call(self.params_address, self.grid, self.block, stream) or None
 
 
 def _parameter_buffer(values):
@@ -350,7 +354,11 @@ def run_bound(cache, key, kernel, grid, block, stream, args, variable):
     ``cache`` (a matrix made for one call, e.g. by ``with_values``, never pays for binding).
     ``variable``: the indices of the arguments that change from call to call."""
     bound = cache.get(key)
-    if bound is not None and bound(stream, *[args[i] for i in variable]):
+    launched = bound(stream, *[args[i] for i in variable]) if bound is not None else False
+    if launched:
+        return
+    if launched is None:  # the driver refused: one error counted, Numba's launch sets up or raises
+        kernel[grid, block, stream](*args)
         return
     run(kernel, grid, block, stream, *args)
     cache[key] = bind(kernel, grid, block, args, variable) if key in cache else None

@@ -3,7 +3,9 @@
 ``C[i, j] = reduce_k a_ik * B[k, j]`` over the stored entries of row i.  A kernel factory
 captures the reduction code as a compile-time constant, so the branches below fold away
 in each compiled kernel.  Empty rows give 0 for every reduction; ``mean`` divides by the
-number of stored entries of the row.
+number of stored entries of the row.  NaN products: sum and mean propagate them; for max and
+min the result is unspecified (a NaN may or may not win, depending on the order in which the
+kernel meets the entries and on the split rows' integer atomics).
 """
 import math
 

@@ -105,3 +105,23 @@ def test_a_driver_error_sends_only_that_call_to_numba(driver, monkeypatch):
     for _ in range(launch.FAST_LAUNCH_FAILURES):
         assert not driver.fast.launch(1, 32, 0, args)
     assert not driver.fast.enabled
+
+
+def test_a_driver_error_in_a_bound_launch_goes_to_numba_once(driver, monkeypatch):
+    """The bound launch's driver error is counted once and the call goes straight to Numba's
+    launch, not through the fast path's driver call a second time."""
+    numba_launches = []
+
+    class Kernel:
+        def __getitem__(self, config):
+            return lambda *args: numba_launches.append((config, args))
+
+    kernel = Kernel()
+    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    args = (view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384), 9, 1.0)
+    cache = {"k": launch.bind(kernel, 2, 32, args, variable=(1, 2))}
+    driver_calls = []
+    monkeypatch.setattr(launch, "_driver", lambda: (lambda *a: driver_calls.append(a) or (1,), None))
+    launch.run_bound(cache, "k", kernel, 2, 32, 0, args, (1, 2))
+    assert len(driver_calls) == 1 and driver.fast.failures == 1
+    assert numba_launches == [((2, 32, 0), args)]
