@@ -7,7 +7,10 @@
 GRAPH is default, rmat:SCALE, sampled:SPEC (32 GraphSAINT-style subgraphs of SPEC, one call
 each, as the benchmark's sampled workload) or the name of a graph in .data/.  Each case checks
 every result against a float64 reference first and prints the microseconds of the baseline and of
-each variant (default: numbasparse.cuda.hp, "new") and baseline/variant.
+each variant (default: numbasparse.cuda.hp, "new") and baseline/variant.  A variant is a module,
+optionally with HP-SpMM rule overrides after a colon, "/"-separated: ``hp:depth=3``,
+``hp:layout=32.2.1`` (lanes.vec.cf), ``hp:depth=2/layout=16.4.1`` ("hp" is numbasparse.cuda.hp):
+no copy of hp.py is needed to time a depth or a lane layout.
 """
 import argparse
 import importlib
@@ -73,6 +76,49 @@ def case(A, dense, expected, op, module):
     return fn, relative_error(C.copy_to_host(), expected)
 
 
+def variant(spec):
+    """(label, module, HP-SpMM rule overrides) of a --variants entry (see the docstring)."""
+    name, _, options = spec.partition(":")
+    module = importlib.import_module(name if "." in name else f"numbasparse.cuda.{name}")
+    overrides = {}
+    for option in filter(None, options.split("/")):
+        key, _, value = option.partition("=")
+        if key == "depth":
+            overrides["depth"] = int(value)
+        elif key == "layout":
+            overrides["layout"] = tuple(int(x) for x in value.split("."))
+        else:
+            sys.exit(f"unknown variant option {option!r} (depth=D or layout=LANES.VEC.CF)")
+    label = "new" if spec in ("hp", "numbasparse.cuda.hp") else spec.replace("numbasparse.cuda.", "")
+    return label, module, overrides
+
+
+def overridden(module, overrides):
+    """A context in which ``module.spmm_hp_layout`` returns the overridden layout and depth
+    (plans are built at a CSR's first call, so that call is the one to wrap)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def context():
+        if not overrides:
+            yield
+            return
+        rule = module.spmm_hp_layout
+
+        def layout(*args, **kwargs):
+            lanes, vec, cf, depth = rule(*args, **kwargs)
+            lanes, vec, cf = overrides.get("layout", (lanes, vec, cf))
+            return lanes, vec, cf, overrides.get("depth", depth)
+
+        module.spmm_hp_layout = layout
+        try:
+            yield
+        finally:
+            module.spmm_hp_layout = rule
+
+    return context()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("graphs", nargs="+")
@@ -85,8 +131,7 @@ def main():
         old_hp = importlib.import_module(args.baseline)
     except ModuleNotFoundError:
         sys.exit("make the baseline first: git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py")
-    variants = [(name.rsplit(".", 1)[-1] if name != "numbasparse.cuda.hp" else "new", importlib.import_module(name))
-                for name in args.variants.split(",")]
+    variants = [variant(spec) for spec in args.variants.split(",")]
     rng = np.random.default_rng()
     ratios = {}
     for spec in args.graphs:
@@ -96,11 +141,12 @@ def main():
                 line = f"{spec:10} {op:9} N={n:3}"
                 us = {}
                 graph_operands = operands(As, op, n, rng)
-                for name, module in (("old", old_hp), *variants):
-                    fn, err = cases(graph_operands, op, module)
+                for name, module, overrides in (("old", old_hp, {}), *variants):
+                    with overridden(module, overrides):
+                        fn, err = cases(graph_operands, op, module)
                     us[name] = min(time_kernels(fn, warmup=3, repeat=20) for _ in range(3)) * 1e3
                     line += f"  {name} {us[name]:8.1f} us{'' if err < 1e-5 else f' WRONG ({err:.1e})'}"
-                for name, _ in variants:
+                for name, _, _ in variants:
                     ratios.setdefault((op, name), []).append(us["old"] / us[name])
                     line += f"  old/{name} {us['old'] / us[name]:5.2f}"
                 print(line, flush=True)
