@@ -21,9 +21,9 @@ def kernel_configs():
             for cf in (1, 2, 4):
                 configs.append((f"spmm_crc_cwm cf={cf} {reduce} {value}/{index}",
                                 crc.spmm_crc_cwm_kernel(code, cf, value, index), (*csr, V[:, ::1], V[:, ::1])))
-            for lanes, vec, cf in ((32, 1, 1), (32, 4, 1), (32, 4, 2), (16, 4, 1), (16, 4, 2), (16, 2, 2),
+            for lanes, vec, cf in ((32, 1, 1), (32, 2, 1), (32, 4, 1), (32, 4, 2), (16, 4, 1), (16, 4, 2), (16, 2, 2),
                                    (16, 1, 2), (8, 4, 1), (8, 4, 2), (4, 4, 1), (4, 2, 1)):
-                for depth in (1, 2) if (lanes, vec, cf) in ((32, 4, 1), (16, 4, 1), (8, 4, 1), (32, 1, 1)) else (1,):
+                for depth in (1, 2) if (lanes, vec, cf) in ((32, 4, 1), (32, 2, 1), (16, 4, 1), (8, 4, 1), (32, 1, 1)) else (1,):
                     configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} {reduce} {value}/{index}",
                                     hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth),
                                     (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64)))
