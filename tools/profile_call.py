@@ -18,6 +18,7 @@ from numba import cuda  # noqa: E402
 
 import numbasparse as ns  # noqa: E402
 from numbasparse import arrays, dispatch, graphs  # noqa: E402
+from numbasparse.bench.baselines import BASELINES  # noqa: E402
 from numbasparse.bench.timing import host_us_per_call, time_cuda  # noqa: E402
 from numbasparse.cuda import hp, launch  # noqa: E402
 
@@ -33,13 +34,13 @@ Bt = torch.randn(A.shape[1], N, device="cuda")
 Ct = torch.empty(A.shape[0], N, device="cuda")
 Xt = torch.randn(A.shape[0], N, device="cuda")
 Bn, Cn = cuda.as_cuda_array(Bt), cuda.as_cuda_array(Ct)
-S = torch.sparse_csr_tensor(torch.as_tensor(A.indptr, device="cuda"), torch.as_tensor(A.indices, device="cuda"),
-                            torch.as_tensor(A.data, device="cuda"), size=A.shape)
+torch_mm = BASELINES["torch_csr32"](A, "spmm", "sum", np.float32)  # the benchmark's yardsticks
+torch_sddmm = BASELINES["torch_sampled_addmm"](A, "sddmm", "sum", np.float32)
 Bd = arrays.dense(Bt, "B", 2)
 Bv, Cv = Bd.array, arrays.DeviceView.of_torch(Ct)
 stream = arrays.stream_of(Bd)
 rows = {
-    "torch.sparse.mm": lambda: torch.sparse.mm(S, Bt),
+    "torch.sparse.mm": lambda: torch_mm(Bt),
     "  arrays.dense(B)": lambda: arrays.dense(Bt, "B", 2),
     "  dispatch.resolve": lambda: dispatch.resolve("spmm", "hp", "auto", True, N, csr.nnz, "sum"),
     "  arrays.empty_like_framework": lambda: arrays.empty_like_framework(Bd, (A.shape[0], N), np.float32),
@@ -51,7 +52,7 @@ rows = {
     "ns.spmm torch + out": lambda: ns.spmm(csr, Bt, out=Ct, algorithm="hp"),
     "ns.spmm torch": lambda: ns.spmm(csr, Bt, algorithm="hp"),
     "ns.sddmm torch": lambda: ns.sddmm(csr, Xt, Xt),
-    "torch.sparse.sampled_addmm": lambda: torch.sparse.sampled_addmm(S, Xt, Xt.T, beta=0.0),
+    "torch.sparse.sampled_addmm": lambda: torch_sddmm(Xt, Xt),
     "cuda.as_cuda_array(torch)": lambda: cuda.as_cuda_array(Bt, sync=False),
     "torch __cuda_array_interface__": lambda: Bt.__cuda_array_interface__,
     "cuda.get_current_device()": lambda: cuda.get_current_device(),

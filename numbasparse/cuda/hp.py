@@ -155,7 +155,10 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth)
 
     @cuda.jit(device=True, inline="always")
     def add_entry(acc, a, B, k, j, n):
-        """acc = acc (reduce) a * B[k, this lane's columns < n] (vector loads, used at once)."""
+        """acc = acc (reduce) a * B[k, this lane's columns < n] (vector loads, used at once).
+        What :func:`gather_row` then :func:`accumulate` compute for one entry, kept apart for the
+        entry-by-entry loop: routing it through the ``gathered`` array changed ptxas's allocation
+        (the capped N >= 128 kernels spilled 24 bytes instead of 8, tools/kernel_report.py)."""
         for c in range(cf):
             if j + c * span < n:
                 b = load(B, k, j + c * span)
