@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .csr import check_value_dtype
+from .cuda.intrinsics import MAX_ROW_BYTES
 from .cuda.launch import abi_of
 
 
@@ -162,6 +163,9 @@ def dense(x, name, ndim):
     if array.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(array.shape)}")
     check_value_dtype(array.dtype, name)
+    if ndim == 2 and array.shape[1] * array.dtype.itemsize >= MAX_ROW_BYTES:
+        raise ValueError(f"{name} has rows of {array.shape[1] * array.dtype.itemsize} bytes; the kernels "
+                         f"address rows shorter than {MAX_ROW_BYTES} bytes (2 GiB)")
     if framework in ("numpy", "torch-cpu"):
         array = np.ascontiguousarray(array)
     elif not array.is_c_contiguous():

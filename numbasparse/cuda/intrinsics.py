@@ -87,13 +87,35 @@ else:  # pragma: no cover - exercised only under the simulator
         return _exchange(value, lambda _: lane)
 
 
+#: Row strides of the 2-D arrays the intrinsics address must be below this many bytes
+#: (:func:`numbasparse.arrays.dense` refuses longer rows), so that a 32-bit row index times the
+#: stride is one 32 x 32 -> 64-bit multiply-add (``mad.wide.s32``).
+MAX_ROW_BYTES = 2**31
+
+
 def _item_pointer(context, builder, sig, args):
-    """LLVM pointer to ``arr[i, j]`` for an intrinsic whose first three arguments are
-    ``(arr, i, j)``."""
+    """LLVM pointer to ``arr[i, j]`` (C-contiguous ``arr``) for an intrinsic whose first three
+    arguments are ``(arr, i, j)``.  For a signed row index of at most 32 bits (int32 column
+    indices of a CSR) the row's offset is ``sext(i) * sext(stride)`` with a 32-bit stride (rows
+    shorter than MAX_ROW_BYTES), one wide multiply (``mul.wide.s32``) instead of a 64-bit
+    multiply and its carries; no negative-index wrap-around in either case."""
+    from llvmlite import ir
     from numba.core import cgutils
 
     arr_type = sig.args[0]
     array = context.make_array(arr_type)(context, builder, args[0])
+    row_type = sig.args[1]
+    if isinstance(row_type, types.Integer) and row_type.signed and row_type.bitwidth <= 32:
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        row = context.cast(builder, args[1], row_type, types.int32)
+        stride = builder.trunc(cgutils.unpack_tuple(builder, array.strides, 2)[0], i32)
+        # inline PTX: LLVM hoists the stride's sign extension out of loops, after which the
+        # backend no longer sees two 32-bit factors and emits a full 64-bit multiply
+        mul_wide = ir.InlineAsm(ir.FunctionType(i64, [i32, i32]), "mul.wide.s32 $0, $1, $2;", "=l,r,r")
+        offset = builder.call(mul_wide, [row, stride])
+        row_start = builder.gep(builder.bitcast(array.data, ir.IntType(8).as_pointer()), [offset])
+        row_start = builder.bitcast(row_start, array.data.type)
+        return builder.gep(row_start, [context.cast(builder, args[2], sig.args[2], types.intp)])
     index = [context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2)]
     return cgutils.get_item_pointer(context, builder, arr_type, array, index)
 
