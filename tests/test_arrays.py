@@ -36,6 +36,16 @@ def test_dense_wraps_foreign_arrays_and_checks_them():
         dense(FakeCudaArray((4, 2), typestr="<i8"), "B", 2)
 
 
+def test_dense_refuses_rows_of_two_gibibytes():
+    # the kernels address a row as a 32-bit row index times a 32-bit row stride (intrinsics)
+    with pytest.raises(ValueError, match="B has rows of 2147483648 bytes"):
+        dense(FakeCudaArray((2, 2**29)), "B", 2)
+    huge = np.lib.stride_tricks.as_strided(np.zeros(1, np.float64), shape=(1, 2**28), strides=(0, 0))
+    with pytest.raises(ValueError, match="X has rows"):
+        dense(huge, "X", 2)
+    assert dense(FakeCudaArray((2, 2**29 - 1)), "B", 2).shape == (2, 2**29 - 1)
+
+
 @pytest.mark.parametrize("make", [lambda t: t, lambda t: t.T, lambda t: t[1:, ::2], lambda t: t[:, 2:3]],
                          ids=["contiguous", "transposed", "strided", "column"])
 def test_torch_view_from_attributes_matches_the_interface_rule(make):
