@@ -318,7 +318,9 @@ def spmm_hp_layout(A, n_cols, itemsize, B, lanes=None):
     layout (:func:`launch.hp_lane_layout`, ``lanes`` forcing the group size) and the gather
     depth (:func:`launch.hp_gather_depth`)."""
     lanes, vec, cf = launch.hp_lane_layout(n_cols, itemsize, B, lanes)
-    depth = launch.hp_gather_depth(A.nnz, np.count_nonzero(np.diff(A._host.indptr)), vec * cf)
+    if "nonempty_rows" not in A._derived:  # counted once per pattern, not once per plan
+        A._derived["nonempty_rows"] = int(np.count_nonzero(np.diff(A._host.indptr)))
+    depth = launch.hp_gather_depth(A.nnz, A._derived["nonempty_rows"], vec * cf)
     return lanes, vec, cf, depth
 
 
