@@ -9,7 +9,8 @@ exchanges values through a per-block table between two such barriers.  ``syncblo
 ``cuda.syncthreads()``, kept apart so that on the simulator warp barriers elsewhere in the
 block cannot release it.  Two memory operations Numba does not emit are built here from LLVM
 IR: ``vector_load`` (one 8- or 16-byte load) and ``atomic_max_float``/``atomic_min_float``
-(one integer atomic on a float's bits); they too have plain-Python simulator versions.
+(one integer atomic on a float's bits); they too have plain-Python simulator versions.  Both
+address their element through :func:`_item_pointer` (a 32-bit row index: one wide multiply).
 """
 import threading
 
@@ -89,7 +90,7 @@ else:  # pragma: no cover - exercised only under the simulator
 
 #: Row strides of the 2-D arrays the intrinsics address must be below this many bytes
 #: (:func:`numbasparse.arrays.dense` refuses longer rows), so that a 32-bit row index times the
-#: stride is one 32 x 32 -> 64-bit multiply-add (``mad.wide.s32``).
+#: stride is one 32 x 32 -> 64-bit multiply (``mul.wide.s32``, :func:`_item_pointer`).
 MAX_ROW_BYTES = 2**31
 
 
