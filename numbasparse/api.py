@@ -105,7 +105,8 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
     m, k = _shape_of(A)
     if b.shape[0] != k:
         raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
-    algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], A.nnz, reduce)
+    algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], A.nnz, reduce, (m, k),
+                            b.dtype.itemsize)
     shape = (m, b.shape[1])
     result, C = _output(out, b, shape, b.dtype)
 

@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 
 from . import cpu
-from .cuda import crc, fused, hc, hp, sddmm_warp, tiled
+from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
 
 BACKENDS = ("auto", "cuda", "cpu")
 
@@ -179,6 +179,8 @@ SPMM = _table(
               "GE-SpMM CRC + coarse-grained warp merging, 4 columns per thread"),
     Algorithm("hp", "cuda", hp.spmm_hp,
               "HP-SpMM hybrid node/edge parallel, equal nonzeros per lane group, vector loads"),
+    Algorithm("slab", "cuda", slab.spmm_slab,
+              "column-slab tiles, one block per SM: B rows re-used from L1 (dense graphs, N >= 64)"),
     Algorithm("hc", "cuda", _spmm_hc("hybrid"),
               "HC-SpMM 16-row windows, dense-tile or CUDA-core path per window (LR selector)", ("sum",)),
     Algorithm("hc_tiles", "cuda", _spmm_hc("tiles"), "HC-SpMM, every window on the dense-tile path", ("sum",)),
@@ -235,7 +237,34 @@ def simulator_enabled():
     return bool(config.ENABLE_CUDASIM)
 
 
-def _auto_name(op, backend, n_cols, nnz):
+#: The column-slab kernel pays where a partial row (one vector atomic per lane) serves at least
+#: SLAB_MIN_SEGMENT entries by :func:`slab_features`, and N >= SLAB_MIN_COLUMNS.  Fitted on
+#: tools/slab_rule.py (H100, session 9, benchmarks/results/h100-2026-11-23h/slab_rule.txt):
+#: faster than HP-SpMM on each of the 32 sampled subgraphs of rmat:20 at N = 64, 128 and 256
+#: (1.29-2.92x; 9-37 estimated entries per segment, the small subgraphs included, where HP
+#: leaves most of the GPU idle), slower on R-MAT scale 16 (0.38-0.57x) and within 0.81-1.22x
+#: on Cora, PubMed and the default graph (1.0-1.5 entries per segment).  N = 32 not measured
+#: (HP is 1.9x of cuSPARSE there on the sampled workload).
+SLAB_MIN_SEGMENT = 4.0
+SLAB_MIN_COLUMNS = 64
+
+
+def slab_features(shape, nnz, n_cols, itemsize):
+    """(B-row re-use, entries per segment) the column-slab kernel's default tiling should give
+    for an (M, K) matrix of ``nnz`` entries and N = ``n_cols`` (:func:`slab.slab_estimate`)."""
+    vec, _ = slab.slab_lane_layout(n_cols, itemsize)
+    _, width, per_tile = slab.slab_layout(nnz, shape[1], n_cols, itemsize, vec)
+    return slab.slab_estimate(shape[0], shape[1], nnz, width, per_tile)
+
+
+def slab_pays(shape, nnz, n_cols, itemsize):
+    """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM."""
+    if n_cols < SLAB_MIN_COLUMNS or nnz == 0:
+        return False
+    return slab_features(shape, nnz, n_cols, itemsize)[1] >= SLAB_MIN_SEGMENT
+
+
+def _auto_name(op, backend, n_cols, nnz, shape=None, itemsize=4):
     if backend == "cpu":
         return "cpu_rows"
     # HP kernels balance work by nonzeros, so heavy rows do not stall one warp.  Measured on the
@@ -248,11 +277,15 @@ def _auto_name(op, backend, n_cols, nnz):
     # for CRC+CWM2.  CRC saves HP's second launch (memset or fill), which shows only in
     # host-bound single calls.  The condensed-tile kernel tried in session 6
     # (benchmarks/experiments/condensed-tiles.patch) was 4.3-12x slower than HP on every graph.
+    # Dense graphs (sampled subgraphs) at N >= 64: the column-slab kernel (slab_pays).
+    if op == "spmm" and shape is not None and slab_pays(shape, nnz, n_cols, itemsize):
+        return "slab"
     return "hp"
 
 
-def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum"):
-    """The :class:`Algorithm` to run, or ValueError naming the bad argument."""
+def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum", shape=None, itemsize=4):
+    """The :class:`Algorithm` to run, or ValueError naming the bad argument (``shape``: A's,
+    and ``itemsize``: the operands', for the rule of ``algorithm="auto"``)."""
     table = TABLES[op]
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -269,7 +302,7 @@ def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum"):
         raise ValueError("backend='cpu' needs host (NumPy) arrays, but the operands are CUDA arrays")
     if backend == "cuda" and not (gpu_present() or simulator_enabled()):
         raise ValueError("backend='cuda' needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1); none was found")
-    name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, nnz)
+    name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, nnz, shape, itemsize)
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")
     return table[name]

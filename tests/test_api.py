@@ -204,6 +204,14 @@ def test_auto_rule_follows_the_measurements():
     assert dispatch._auto_name("spmm", "cuda", 64, large) == "hp"
     assert dispatch._auto_name("sddmm", "cuda", 64, small) == "hp"
     assert dispatch._auto_name("spmm", "cpu", 64, large) == "cpu_rows"
+    # column-slab tiles where a slab's piece of a row is long (sampled subgraphs), N >= 64 only
+    sampled, cora = ((8656, 8656), 2_279_634), ((2708, 2708), 10_556)
+    assert dispatch._auto_name("spmm", "cuda", 128, sampled[1], sampled[0]) == "slab"
+    assert dispatch._auto_name("spmm", "cuda", 64, 80_652, (1097, 1097)) == "slab"
+    assert dispatch._auto_name("spmm", "cuda", 32, sampled[1], sampled[0]) == "hp"
+    assert dispatch._auto_name("spmm", "cuda", 128, cora[1], cora[0]) == "hp"
+    assert dispatch._auto_name("spmm", "cuda", 128, 1_818_572, (65536, 65536)) == "hp"  # rmat:16
+    assert dispatch._auto_name("sddmm", "cuda", 128, sampled[1], sampled[0]) == "hp"
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

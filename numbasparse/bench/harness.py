@@ -57,12 +57,13 @@ def flops(A, op, n):
 
 
 def numbasparse_impl(algorithm):
-    """``ns:ALGO``; for the "gcn" op, ``ns:fused`` is ``spmm_dense`` (one fused kernel) and
-    ``ns:ALGO`` is ``spmm`` with that algorithm followed by a torch matmul."""
+    """``ns:ALGO`` (``ns:auto``: the library's own choice, per graph); for the "gcn" op,
+    ``ns:fused`` is ``spmm_dense`` (one fused kernel) and ``ns:ALGO`` is ``spmm`` with that
+    algorithm followed by a torch matmul."""
     def make(A, op, reduce, dtype):
         if not applies(f"ns:{algorithm}", op):
             raise Unsupported(f"no {op} algorithm {algorithm!r}")
-        if op == "spmm" and reduce not in dispatch.SPMM[algorithm].reductions:
+        if op == "spmm" and algorithm != "auto" and reduce not in dispatch.SPMM[algorithm].reductions:
             raise Unsupported(f"{algorithm} does not do reduce={reduce}")
         csr = CSR.from_scipy(A, dtype=dtype)
         if op in SCORE_OPS:
@@ -144,8 +145,8 @@ def applies(name, op):
         if algorithm == "unfused":
             return False
         if op == "gcn":
-            return algorithm == "fused" or algorithm in dispatch.algorithms("spmm", "cuda")
-        return algorithm in dispatch.algorithms(op, "cuda")
+            return algorithm in ("fused", "auto") or algorithm in dispatch.algorithms("spmm", "cuda")
+        return algorithm == "auto" or algorithm in dispatch.algorithms(op, "cuda")
     return op in OPS[name]
 
 

@@ -11,7 +11,7 @@ def kernel_configs():
     import numba
     import numpy as np
 
-    from . import crc, fused, gather, hc, hp, reductions, sddmm_warp, tiled
+    from . import crc, fused, gather, hc, hp, reductions, sddmm_warp, slab, tiled
 
     configs = []
     for value, index in (("<f4", "<i4"), ("<f8", "<i8")):
@@ -27,6 +27,13 @@ def kernel_configs():
                     configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} {reduce} {value}/{index}",
                                     hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth),
                                     (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64)))
+        for reduce, code in reductions.CODES.items():
+            for vec in (v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.SLAB_VECTOR_BYTES):
+                depth = slab.slab_depth(vec, np.dtype(value).itemsize)
+                configs.append((f"spmm_slab vec={vec} depth={depth} {reduce} {value}/{index}",
+                                slab.spmm_slab_kernel(code, vec, depth, slab.SLAB_WARPS, value, index,
+                                                      slab.SLAB_VECTOR_RED, slab.SLAB_COLUMN_FIRST),
+                                (*csr, I[::1], I[::1], I[::1], I[::1], V[:, ::1], V[:, ::1])))
         configs.append((f"zero_fill {value}", hp.zero_fill_kernel(value), (V[:, ::1],)))
         configs.append((f"fill_rows {value}/{index}", hp.fill_rows_kernel(value, index), (I[::1], I[::1], V[:, ::1], V, V)))
         for vec, group in ((1, 1), (4, 8), (4, 32), (2, 32)):

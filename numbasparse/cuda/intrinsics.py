@@ -8,9 +8,10 @@ the threads still running (stronger than needed, so it is still correct), and a 
 exchanges values through a per-block table between two such barriers.  ``syncblock()`` is
 ``cuda.syncthreads()``, kept apart so that on the simulator warp barriers elsewhere in the
 block cannot release it.  Two memory operations Numba does not emit are built here from LLVM
-IR: ``vector_load`` (one 8- or 16-byte load) and ``atomic_max_float``/``atomic_min_float``
-(one integer atomic on a float's bits); they too have plain-Python simulator versions.  Both
-address their element through :func:`_item_pointer` (a 32-bit row index: one wide multiply).
+IR: ``vector_load`` (one 8- or 16-byte load), ``atomic_max_float``/``atomic_min_float``
+(one integer atomic on a float's bits) and ``vector_red_add`` (one ``red.global.add.v2/.v4.f32``,
+inline PTX); they too have plain-Python simulator versions.  All address their element through
+:func:`_item_pointer` (a 32-bit row index: one wide multiply).
 """
 import threading
 
@@ -94,13 +95,16 @@ else:  # pragma: no cover - exercised only under the simulator
 MAX_ROW_BYTES = 2**31
 
 
-def _item_pointer(context, builder, sig, args):
+def _item_pointer(context, builder, sig, args, column_first=False):
     """LLVM pointer to ``arr[i, j]`` for an intrinsic whose first three arguments are
     ``(arr, i, j)``.  For a C-contiguous ``arr`` and a signed row index of at most 32 bits (the
     int32 column indices of a CSR) the row's offset is ``i * stride`` as one 32 x 32 -> 64-bit
     multiply (``mul.wide.s32``; rows shorter than MAX_ROW_BYTES) instead of a 64-bit multiply
-    and its carries (A/B on the H100: HP-SpMM 1.00-1.06x, geomean 1.02).  No negative-index
-    wrap-around in either case."""
+    and its carries (A/B on the H100: HP-SpMM 1.00-1.06x, geomean 1.02).  With ``column_first``
+    the column's address ``&arr[0, j]`` is formed first and the row offset added to it, so that
+    where j is loop-invariant the loop's address is one wide multiply-add (IMAD.WIDE); HP-SpMM
+    measured 0.86-0.94x with that order (ab_item_pointer.txt, session 9), so it is an option.
+    No negative-index wrap-around in either case."""
     from llvmlite import ir
     from numba.core import cgutils
 
@@ -115,14 +119,19 @@ def _item_pointer(context, builder, sig, args):
         # backend no longer sees two 32-bit factors and emits a full 64-bit multiply
         mul_wide = ir.InlineAsm(ir.FunctionType(i64, [i32, i32]), "mul.wide.s32 $0, $1, $2;", "=l,r,r")
         offset = builder.call(mul_wide, [row, stride])
+        column = context.cast(builder, args[2], sig.args[2], types.intp)
+        if column_first:
+            column_start = builder.gep(array.data, [column])
+            item = builder.gep(builder.bitcast(column_start, ir.IntType(8).as_pointer()), [offset])
+            return builder.bitcast(item, array.data.type)
         row_start = builder.gep(builder.bitcast(array.data, ir.IntType(8).as_pointer()), [offset])
         row_start = builder.bitcast(row_start, array.data.type)
-        return builder.gep(row_start, [context.cast(builder, args[2], sig.args[2], types.intp)])
+        return builder.gep(row_start, [column])
     index = [context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2)]
     return cgutils.get_item_pointer(context, builder, arr_type, array, index)
 
 
-def _make_vector_load(width):
+def _make_vector_load(width, column_first=False):
     """An intrinsic ``load(arr, i, j) -> tuple`` of ``arr[i, j:j + width]`` as ONE vector
     load (``ld.global.v2``/``.v4``: 8 or 16 bytes).  Numba emits only scalar loads for
     array indexing, so this builds the LLVM vector load directly.  The caller guarantees
@@ -136,7 +145,7 @@ def _make_vector_load(width):
 
         def codegen(context, builder, sig, args):
             arr_type = sig.args[0]
-            ptr = _item_pointer(context, builder, sig, args)
+            ptr = _item_pointer(context, builder, sig, args, column_first)
             vector_type = ir.VectorType(context.get_data_type(arr_type.dtype), width)
             align = width * arr_type.dtype.bitwidth // 8
             vector = builder.load(builder.bitcast(ptr, vector_type.as_pointer()), align=align)
@@ -148,7 +157,7 @@ def _make_vector_load(width):
     return load
 
 
-def _make_python_vector_load(width):  # pragma: no cover - simulator only
+def _make_python_vector_load(width, column_first=False):  # pragma: no cover - simulator only
     def load(arr, i, j):
         return tuple(arr[i, j + k] for k in range(width))
 
@@ -158,12 +167,14 @@ def _make_python_vector_load(width):  # pragma: no cover - simulator only
 _vector_loads = {}
 
 
-def vector_load(width):
-    """``load(arr, i, j)`` returning ``arr[i, j:j + width]`` as a tuple, width 1, 2 or 4."""
-    if width not in _vector_loads:
+def vector_load(width, column_first=False):
+    """``load(arr, i, j)`` returning ``arr[i, j:j + width]`` as a tuple, width 1, 2 or 4
+    (``column_first``: the address order of :func:`_item_pointer`)."""
+    key = (width, column_first)
+    if key not in _vector_loads:
         make = _make_python_vector_load if config.ENABLE_CUDASIM else _make_vector_load
-        _vector_loads[width] = make(width)
-    return _vector_loads[width]
+        _vector_loads[key] = make(width, column_first)
+    return _vector_loads[key]
 
 
 def _make_atomic_extremum(maximum):
@@ -215,6 +226,58 @@ else:  # pragma: no cover - simulator only: simulated threads are Python threads
     def atomic_min_float(arr, i, j, value):
         with _atomic_lock:
             arr[i, j] = min(arr[i, j], value)
+
+
+def _make_vector_red_add(width, column_first=False):
+    """An intrinsic ``f(arr, i, j, values)``: ``arr[i, j:j + width] += values`` (a float32
+    UniTuple) as ONE vector reduction, ``red.global.add.v2/.v4.f32`` (sm_90, inline PTX: Numba
+    and LLVM emit only scalar atomics).  The caller guarantees ``arr[i, j]`` is aligned to
+    ``width`` elements."""
+    from llvmlite import ir
+    from numba.cuda.extending import intrinsic
+
+    operands = ", ".join(f"${k + 1}" for k in range(width))
+    asm = f"red.global.add.v{width}.f32 [$0], {{{operands}}};"
+
+    @intrinsic
+    def red_add(typingctx, arr, i, j, values):
+        signature = types.void(arr, i, j, values)
+
+        def codegen(context, builder, sig, args):
+            ptr = _item_pointer(context, builder, sig, args, column_first)
+            element = sig.args[3].types[0] if isinstance(sig.args[3], types.BaseTuple) else sig.args[3].dtype
+            items = [context.cast(builder, builder.extract_value(args[3], k), element, types.float32)
+                     for k in range(width)]
+            f32 = ir.FloatType()
+            function = ir.FunctionType(ir.VoidType(), [ptr.type] + [f32] * width)
+            builder.call(ir.InlineAsm(function, asm, "l" + ",f" * width, side_effect=True), [ptr] + items)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return red_add
+
+
+def _make_python_vector_red_add(width, column_first=False):  # pragma: no cover - simulator only
+    def red_add(arr, i, j, values):
+        with _atomic_lock:
+            for k in range(width):
+                arr[i, j + k] += values[k]
+
+    return red_add
+
+
+_vector_red_adds = {}
+
+
+def vector_red_add(width, column_first=False):
+    """``red_add(arr, i, j, values)``: ``arr[i, j:j + width] += values`` atomically, one float32
+    vector reduction (width 2 or 4) per call (the simulator: element by element under a lock)."""
+    key = (width, column_first)
+    if key not in _vector_red_adds:
+        make = _make_python_vector_red_add if config.ENABLE_CUDASIM else _make_vector_red_add
+        _vector_red_adds[key] = make(width, column_first)
+    return _vector_red_adds[key]
 
 
 @cuda.jit(device=True, inline="always")

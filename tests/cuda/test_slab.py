@@ -1,0 +1,124 @@
+"""Column-slab tiled SpMM on the simulator (or a GPU): tiles, segments, column tiles, dtypes."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from numba import cuda
+
+from numbasparse import CSR, dispatch, graphs
+from numbasparse.cuda import slab
+from numbasparse.reference import spmm_reference
+from strategies import assert_close, random_dense
+
+
+@pytest.fixture(autouse=True)
+def few_warps(monkeypatch):
+    if dispatch.simulator_enabled():
+        monkeypatch.setattr(slab, "SLAB_WARPS", 2)  # the simulator runs a thread per thread
+
+
+REDUCTIONS = ("sum", "mean", "max", "min")
+
+
+def run_slab(A, B, reduce="sum", index_dtype=None, **tiling):
+    dev = CSR.from_scipy(A, dtype=B.dtype, index_dtype=index_dtype)
+    C = cuda.to_device(np.full((A.shape[0], B.shape[1]), np.nan, B.dtype))  # poisoned
+    slab.spmm_slab(dev, cuda.to_device(B), C, reduce, **tiling)
+    return C.copy_to_host()
+
+
+def random_graph(rng, shape, lengths):
+    dense = np.zeros(shape)
+    for i, n in enumerate(lengths):
+        dense[i, rng.choice(shape[1], n, replace=False)] = rng.standard_normal(n)
+    return sp.csr_matrix(dense)
+
+
+# every reduction at one width, sum at the others: vec 1, 1, 2, 4 and 1, 2, 2, 2 column tiles (the
+# last partial); the simulator's shuffles cost ~10 s per case here
+@pytest.mark.parametrize("n_cols,reduce", [(70, r) for r in REDUCTIONS] + [(8, "sum"), (33, "max"), (136, "mean")])
+def test_slab_matches_reference_over_tiles_and_column_tiles(n_cols, reduce, monkeypatch):
+    monkeypatch.setattr(slab, "SLAB_MAX_SEGMENT", 3)  # long row pieces cut in three-entry segments
+    rng = np.random.default_rng()
+    A = random_graph(rng, (14, 37), [0, 30, 5, 1, 0, 37, 12, 2, 9, 0, 20, 3, 7, 18])
+    B = random_dense(rng, (37, n_cols), np.float32)
+    C = run_slab(A, B, reduce, slab_width=8, tile_nnz=10)  # 5 slabs, 1-4 windows each
+    assert np.all(C[[0, 4, 9]] == 0)
+    assert_close(C, spmm_reference(A, B, reduce), np.float32)
+
+
+@pytest.mark.parametrize("n_cols,reduce", [(136, "sum"), (70, "mean"), (12, "sum")])  # vec 4, 2, 1
+def test_slab_vector_reductions_match_reference(n_cols, reduce, monkeypatch):
+    monkeypatch.setattr(slab, "SLAB_VECTOR_RED", True)  # red.global.add.v4/.v2.f32 per lane
+    monkeypatch.setattr(slab, "SLAB_MAX_SEGMENT", 3)
+    rng = np.random.default_rng()
+    A = random_graph(rng, (10, 30), [0, 30, 5, 1, 0, 12, 2, 9, 20, 3])
+    B = random_dense(rng, (30, n_cols), np.float32)
+    C = run_slab(A, B, reduce, slab_width=8, tile_nnz=8)
+    assert np.all(C[[0, 4]] == 0)
+    assert_close(C, spmm_reference(A, B, reduce), np.float32)
+
+
+@pytest.mark.parametrize("dtype,index_dtype", [(np.float64, np.int64), (np.float32, np.int32)])
+def test_slab_default_tiling_non_square_and_dtypes(dtype, index_dtype):
+    rng = np.random.default_rng()
+    A = random_graph(rng, (9, 50), [3, 50, 0, 17, 8, 1, 25, 0, 40])
+    B = random_dense(rng, (50, 12), dtype)
+    for reduce in ("sum", "max"):
+        assert_close(run_slab(A, B, reduce, index_dtype), spmm_reference(A, B, reduce), dtype)
+
+
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+def test_slab_zero_nnz_gives_zeros(reduce):
+    A = sp.csr_matrix((6, 5), dtype=np.float32)
+    C = run_slab(A, random_dense(np.random.default_rng(), (5, 4), np.float32), reduce)
+    assert np.all(C == 0)
+
+
+def test_tiles_cover_every_entry_once_in_equal_tiles_and_balanced_warps():
+    rng = np.random.default_rng()
+    A = random_graph(rng, (20, 30), rng.integers(0, 30, 20))
+    tiles = slab.SlabTiles(A.indptr, A.indices, A.shape, slab_width=7, tile_nnz=9, max_segment=3, warps=2)
+    assert np.all(tiles.seg_end - tiles.seg_start <= 3)
+    covered = np.zeros(A.nnz, np.int64)
+    for s, e in zip(tiles.seg_start, tiles.seg_end):
+        covered[s:e] += 1
+    assert np.all(covered == 1)
+    sizes, windows = [], {}
+    for b in range(tiles.n_tiles):  # a block's segments lie in one slab, in consecutive rows
+        segments = range(tiles.tile_ptr[b], tiles.tile_ptr[b + 1])
+        slabs = {int(A.indices[tiles.seg_start[s]]) // 7 for s in segments}
+        assert len(slabs) <= 1
+        for s in segments:
+            assert np.all(A.indices[tiles.seg_start[s]:tiles.seg_end[s]] // 7 == next(iter(slabs)))
+        rows = tiles.seg_row[tiles.tile_ptr[b]:tiles.tile_ptr[b + 1]]
+        if slabs:
+            windows.setdefault(slabs.pop(), []).append((rows.min(), rows.max()))
+        warp_entries = [np.sum(tiles.seg_end[tiles.warp_ptr[w]:tiles.warp_ptr[w + 1]]
+                               - tiles.seg_start[tiles.warp_ptr[w]:tiles.warp_ptr[w + 1]]) for w in (2 * b, 2 * b + 1)]
+        assert abs(warp_entries[0] - warp_entries[1]) <= 3  # snake order: equal work per warp
+        sizes.append(sum(warp_entries))
+    assert sizes == sorted(sizes, reverse=True)  # largest tiles first
+    assert max(sizes) <= 9 + 3 - 1  # a window closes at the segment that reaches tile_nnz
+    for spans in windows.values():  # a slab's windows: disjoint ranges of rows (a row may be cut)
+        spans.sort()
+        assert all(hi <= lo for (_, hi), (lo, _) in zip(spans, spans[1:]))
+    assert tiles.reuse(A.indptr, A.indices) >= 1.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+@pytest.mark.parametrize("n_cols", [33, 64, 128, 256])
+def test_slab_on_sampled_subgraph_with_default_tiling(n_cols, reduce):
+    A = graphs.sample_subgraphs(graphs.rmat(14), 1, min_nodes=3000, max_nodes=3000)[0]
+    B = random_dense(np.random.default_rng(), (A.shape[1], n_cols), np.float32)
+    assert_close(run_slab(A, B, reduce), spmm_reference(A, B, reduce), np.float32)
+
+
+def test_estimate_tracks_the_tiling_on_uniform_columns():
+    rng = np.random.default_rng(0)
+    A = sp.random(400, 600, density=0.05, format="csr", random_state=rng)
+    A.sort_indices()
+    tiles = slab.SlabTiles(A.indptr, A.indices, A.shape, slab_width=100, tile_nnz=1000, max_segment=10**9)
+    reuse, per_segment = slab.slab_estimate(400, 600, A.nnz, 100, 1000)  # ~200-row windows
+    assert reuse == pytest.approx(tiles.reuse(A.indptr, A.indices), rel=0.1)
+    assert per_segment == pytest.approx(tiles.entries_per_segment, rel=0.1)

@@ -1,0 +1,48 @@
+"""Per-graph kernel times of HP-SpMM and the column-slab SpMM, with the features of the
+``auto`` rule (:func:`numbasparse.dispatch.slab_pays`), to fit and check that rule.
+
+    python tools/slab_rule.py [--n 64,128,256] GRAPH...
+
+GRAPH as in tools/ab_hp.py; a sampled:SPEC graph is measured subgraph by subgraph.  For each
+(graph, N): rows, columns, entries, the rule's estimate of B-row re-use and entries per segment
+(from the shape and the entry count alone), HP's and the slab kernel's microseconds (best of 3,
+results checked against the float64 reference), HP/slab, and the rule's choice."""
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1]))
+sys.path.insert(0, str(Path(__file__).parent))
+
+import numpy as np  # noqa: E402
+
+from ab_hp import load, operands  # noqa: E402
+from ab_slab import timed  # noqa: E402
+from numbasparse import dispatch  # noqa: E402
+from numbasparse.cuda import hp, slab  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("graphs", nargs="+")
+    parser.add_argument("--n", default="64,128,256")
+    args = parser.parse_args()
+    rng = np.random.default_rng()
+    print(f"{'graph':<22} {'N':>4} {'rows':>7} {'cols':>7} {'nnz':>9} {'re-use':>7} {'per seg':>7} "
+          f"{'hp us':>8} {'slab us':>8} {'hp/slab':>7} rule")
+    for spec in args.graphs:
+        for g, A in enumerate(load(spec)):
+            for n in map(int, args.n.split(",")):
+                (_, dense, expected), = operands([A], "spmm", n, rng)
+                hp_us, e1 = timed([A], [dense], [expected], lambda a, b, c: hp.spmm_hp(a, b, c, "sum"))
+                slab_us, e2 = timed([A], [dense], [expected], lambda a, b, c: slab.spmm_slab(a, b, c, "sum"))
+                reuse, per_segment = dispatch.slab_features(A.shape, A.nnz, n, 4)
+                choice = "slab" if dispatch.slab_pays(A.shape, A.nnz, n, 4) else "hp"
+                name = f"{spec}[{g}]" if spec.startswith("sampled:") else spec
+                print(f"{name:<22} {n:>4} {A.shape[0]:>7} {A.shape[1]:>7} {A.nnz:>9} {reuse:7.1f} {per_segment:7.1f} "
+                      f"{hp_us:8.1f} {slab_us:8.1f} {hp_us / slab_us:7.2f} {choice}"
+                      f"{'' if max(e1, e2) < 1e-5 else ' WRONG'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
