@@ -257,8 +257,10 @@ def slab_features(shape, nnz, n_cols, itemsize):
     return slab.slab_estimate(shape[0], shape[1], nnz, width, per_tile)
 
 
+@functools.lru_cache(maxsize=4096)
 def slab_pays(shape, nnz, n_cols, itemsize):
-    """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM."""
+    """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM (kept per
+    argument tuple: the rule runs on every call)."""
     if n_cols < SLAB_MIN_COLUMNS or nnz == 0:
         return False
     return slab_features(shape, nnz, n_cols, itemsize)[1] >= SLAB_MIN_SEGMENT

@@ -349,11 +349,9 @@ def _all_rows(A):
     return A._derived["all_rows"]
 
 
-def slab_tiles(A, B, C, n_cols, itemsize, slab_width=None, tile_nnz=None):
-    """(vec, depth, tile columns, device arrays of :class:`SlabTiles`, the host tiling), once
-    per pattern and layout (``slab_width``/``tile_nnz`` override the rule, for tests).
-    ``vec`` is aligned for B's loads and C's vector reductions."""
-    vec, depth = slab_lane_layout(n_cols, itemsize, B, C)
+def slab_tiles(A, vec, n_cols, itemsize, slab_width=None, tile_nnz=None):
+    """(column-tile width, device arrays of :class:`SlabTiles`, the host tiling), once per
+    pattern and layout (``slab_width``/``tile_nnz`` override the rule, for tests)."""
     tile_cols, width, per_tile = slab_layout(A.nnz, A.shape[1], n_cols, itemsize, vec)
     width, per_tile = slab_width or width, tile_nnz or per_tile
     key = ("slab_tiles", width, per_tile, SLAB_WARPS, SLAB_MAX_SEGMENT)
@@ -364,13 +362,15 @@ def slab_tiles(A, B, C, n_cols, itemsize, slab_width=None, tile_nnz=None):
         arrays = tuple(cuda.to_device(x.astype(index)) for x in (tiles.seg_row, tiles.seg_start, tiles.seg_end,
                                                                  tiles.warp_ptr))
         A._derived[key] = (arrays, tiles)
-    return (vec, depth, tile_cols) + A._derived[key]
+    return (tile_cols,) + A._derived[key]
 
 
 def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None):
     """Launch the column-slab SpMM: fill C with the reduction's identity (sum and mean: a
     memset; max and min: identity in rows with entries, 0 in the others), then one block per
-    (tile, column tile)."""
+    (tile, column tile).  The layout, tiling and kernel are chosen once per pattern, N, dtype
+    and alignment of B and C (a plan kept with A), and later calls launch through
+    :func:`launch.run_bound`."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
@@ -384,8 +384,17 @@ def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None
         launch.run(zero_fill_kernel(C.dtype.str), *_fill_grid(m * n), stream, C)
     if A.nnz == 0:
         return
-    vec, depth, tile_cols, arrays, tiles = slab_tiles(A, B, C, n, C.dtype.itemsize, slab_width, tile_nnz)
-    kernel = spmm_slab_kernel(code, vec, depth, SLAB_WARPS, C.dtype.str, A.index_dtype.str, SLAB_VECTOR_RED,
-                              SLAB_COLUMN_FIRST)
-    grid = (tiles.n_tiles, launch.cdiv(n, tile_cols))
-    launch.run(kernel, grid, SLAB_WARPS * WARP, stream, A.indptr, A.indices, A.data, *arrays, B, C)
+    settings = (SLAB_WARPS, SLAB_MAX_SEGMENT, SLAB_VECTOR_RED, SLAB_COLUMN_FIRST, SLAB_L1_BYTES, SLAB_WAVES,
+                SLAB_WAVES_NARROW)
+    key = ("spmm_slab", code, n, C.dtype.str, launch.alignment(B), launch.alignment(C), slab_width, tile_nnz,
+           settings)
+    plan = A._derived.get(key)
+    if plan is None:
+        vec, depth = slab_lane_layout(n, C.dtype.itemsize, B, C)  # (aligned for C's vector reductions too)
+        tile_cols, arrays, tiles = slab_tiles(A, vec, n, C.dtype.itemsize, slab_width, tile_nnz)
+        kernel = spmm_slab_kernel(code, vec, depth, SLAB_WARPS, C.dtype.str, A.index_dtype.str, SLAB_VECTOR_RED,
+                                  SLAB_COLUMN_FIRST)
+        plan = A._derived[key] = (kernel, (tiles.n_tiles, launch.cdiv(n, tile_cols)), arrays)
+    kernel, grid, arrays = plan
+    args = (A.indptr, A.indices, A.data, *arrays, B, C)
+    launch.run_bound(A._bound, key, kernel, grid, SLAB_WARPS * WARP, stream, args, (7, 8))
