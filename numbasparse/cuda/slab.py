@@ -48,10 +48,10 @@ SLAB_GATHER_BYTES = 32
 #: Widest column vector of a lane: 4 float32 or 2 float64 (4 float64 spill under the cap).
 SLAB_VECTOR_BYTES = 16
 SLAB_DEPTH = 4
-#: Tiles per SM and column tile: two waves of blocks, one where a column tile is at most 64
+#: Blocks per SM (tiles times column tiles): two waves, one where a column tile is at most 64
 #: columns wide (N <= 64: lighter entries, larger tiles pay), measured on the sampled workload
-#: (tools/ab_slab.py, session 9: N=128 1.68x of HP with 2 against 1.62x with 1 and 3, N=256 1.61x
-#: against 1.31x, N=64 1.64x with 1 against 1.52x).
+#: (tools/ab_slab.py, session 9: N=128 1.68x of HP with 2 against 1.62x with 1 and 1.61x with 3,
+#: N=256 1.61x against 1.31x with 1, N=64 1.64x with 1 against 1.52x with 2).
 SLAB_WAVES = 2
 SLAB_WAVES_NARROW = 1
 #: Longest segment (entries): a hub row's piece of a slab is cut into pieces of at most this
@@ -60,7 +60,7 @@ SLAB_WAVES_NARROW = 1
 SLAB_MAX_SEGMENT = 32
 #: Float32 sums and means: combine a lane's partial columns with one vector reduction
 #: (``red.global.add.v4.f32``) instead of transposing the row through shared memory for
-#: coalesced scalar atomics: 1.05-1.13x faster (session 9, tools/ab_slab.py --red).
+#: coalesced scalar atomics: 1.05-1.15x faster (session 9, tools/ab_slab.py --red).
 SLAB_VECTOR_RED = True
 #: Address B's rows and C's columns column first (:func:`intrinsics._item_pointer`).
 SLAB_COLUMN_FIRST = True
