@@ -237,8 +237,9 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
     options = {} if config.ENABLE_CUDASIM else {"max_registers": SLAB_MAX_REGISTERS}
 
     @cuda.jit(device=True, inline="always")
-    def chunk_pairs(indices, data, start, end, lane):
-        """(column, value) of entry ``start + lane`` if it lies before ``end``, else (0, 0)."""
+    def lane_pair(indices, data, start, end, lane):
+        """This lane's (column, value) of a chunk: entry ``start + lane`` if it lies before
+        ``end``, else (0, 0)."""
         mine = itype(start + itype(lane))
         if mine < end:
             return indices[nonneg(mine)], data[nonneg(mine)]
@@ -267,8 +268,9 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
             e = i32(e + i32(1))
 
     @cuda.jit(device=True, inline="always")
-    def chunk_pairs_meta(seg_row, seg_start, seg_end, batch, last, lane):
-        """(row, start, end) of segment ``batch + lane`` if it is before ``last``, else empty."""
+    def lane_segment(seg_row, seg_start, seg_end, batch, last, lane):
+        """This lane's (row, start, end) of a batch: segment ``batch + lane`` if it is before
+        ``last``, else an empty one."""
         mine = itype(batch + itype(lane))
         if mine < last:
             return seg_row[nonneg(mine)], seg_start[nonneg(mine)], seg_end[nonneg(mine)]
@@ -290,14 +292,14 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
         slot = cuda.blockIdx.x * warps + warp
         first, last = warp_ptr[slot], warp_ptr[slot + 1]
         for batch in range(first, last, itype(WARP)):
-            my_row, my_start, my_end = chunk_pairs_meta(seg_row, seg_start, seg_end, batch, last, lane)
+            my_row, my_start, my_end = lane_segment(seg_row, seg_start, seg_end, batch, last, lane)
             n_seg = i32(min(last - batch, itype(WARP)))
-            k_next, a_next = chunk_pairs(indices, data, shfl_idx(my_start, i32(0)), shfl_idx(my_end, i32(0)), lane)
+            k_next, a_next = lane_pair(indices, data, shfl_idx(my_start, i32(0)), shfl_idx(my_end, i32(0)), lane)
             for q in range(n_seg):
                 start, end, row = shfl_idx(my_start, q), shfl_idx(my_end, q), shfl_idx(my_row, q)
                 k_mine, a_mine = k_next, a_next
                 if i32(q + i32(1)) < n_seg:  # the next segment's first pairs, loaded while this one computes
-                    k_next, a_next = chunk_pairs(indices, data, shfl_idx(my_start, i32(q + i32(1))),
+                    k_next, a_next = lane_pair(indices, data, shfl_idx(my_start, i32(q + i32(1))),
                                                  shfl_idx(my_end, i32(q + i32(1))), lane)
                 for v in range(vec):
                     acc[v] = init
@@ -308,7 +310,7 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
                     chunk = itype(chunk + itype(WARP))
                     if chunk >= end:
                         break
-                    k_mine, a_mine = chunk_pairs(indices, data, chunk, end, lane)
+                    k_mine, a_mine = lane_pair(indices, data, chunk, end, lane)
                 if vector_red:  # one red.global.add.v2/.v4.f32 per lane
                     if reduce_code == MEAN:  # partial sums scaled by the row's length
                         for v in range(vec):
