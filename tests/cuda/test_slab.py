@@ -33,9 +33,10 @@ def random_graph(rng, shape, lengths):
     return sp.csr_matrix(dense)
 
 
-# every reduction at one width, sum at the others: vec 1, 1, 2, 4 and 1, 2, 2, 2 column tiles (the
-# last partial); the simulator's shuffles cost ~10 s per case here
-@pytest.mark.parametrize("n_cols,reduce", [(70, r) for r in REDUCTIONS] + [(8, "sum"), (33, "max"), (136, "mean")])
+# every reduction, each flush: N=70 -> vec 2 (two column tiles, the last partial), 33 and 8 -> vec 1,
+# 136 -> vec 4 (two tiles); float32 sum/mean flush with vector reductions, max/min and vec 1 through
+# the shared-memory transpose.  The simulator's shuffles cost ~10-40 s per case here.
+@pytest.mark.parametrize("n_cols,reduce", [(70, "sum"), (70, "max"), (33, "min"), (8, "mean"), (136, "sum")])
 def test_slab_matches_reference_over_tiles_and_column_tiles(n_cols, reduce, monkeypatch):
     monkeypatch.setattr(slab, "SLAB_MAX_SEGMENT", 3)  # long row pieces cut in three-entry segments
     rng = np.random.default_rng()
@@ -46,9 +47,9 @@ def test_slab_matches_reference_over_tiles_and_column_tiles(n_cols, reduce, monk
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
-@pytest.mark.parametrize("n_cols,reduce", [(136, "sum"), (70, "mean"), (12, "sum")])  # vec 4, 2, 1
-def test_slab_vector_reductions_match_reference(n_cols, reduce, monkeypatch):
-    monkeypatch.setattr(slab, "SLAB_VECTOR_RED", True)  # red.global.add.v4/.v2.f32 per lane
+@pytest.mark.parametrize("n_cols,reduce", [(136, "sum"), (70, "mean")])  # vec 4, 2
+def test_slab_transposed_flush_matches_reference(n_cols, reduce, monkeypatch):
+    monkeypatch.setattr(slab, "SLAB_VECTOR_RED", False)  # float32 sums: scalar atomics after a transpose
     monkeypatch.setattr(slab, "SLAB_MAX_SEGMENT", 3)
     rng = np.random.default_rng()
     A = random_graph(rng, (10, 30), [0, 30, 5, 1, 0, 12, 2, 9, 20, 3])
@@ -122,3 +123,16 @@ def test_estimate_tracks_the_tiling_on_uniform_columns():
     reuse, per_segment = slab.slab_estimate(400, 600, A.nnz, 100, 1000)  # ~200-row windows
     assert reuse == pytest.approx(tiles.reuse(A.indptr, A.indices), rel=0.1)
     assert per_segment == pytest.approx(tiles.entries_per_segment, rel=0.1)
+
+
+def test_auto_runs_the_slab_kernel_on_a_dense_graph():
+    import numbasparse as ns
+
+    rng = np.random.default_rng()
+    A = random_graph(rng, (8, 40), rng.integers(20, 40, 8))  # ~30 entries per row and slab
+    B = random_dense(rng, (40, 64), np.float32)
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    assert dispatch.slab_pays(A.shape, A.nnz, 64, 4)
+    C = ns.spmm(dev, cuda.to_device(B)).copy_to_host()
+    assert any(isinstance(key, tuple) and key[0] == "spmm_slab" for key in dev._derived)
+    assert_close(C, spmm_reference(A, B), np.float32)
