@@ -103,7 +103,8 @@ def _item_pointer(context, builder, sig, args, column_first=False):
     and its carries (A/B on the H100: HP-SpMM 1.00-1.06x, geomean 1.02).  With ``column_first``
     the column's address ``&arr[0, j]`` is formed first and the row offset added to it, so that
     where j is loop-invariant the loop's address is one wide multiply-add (IMAD.WIDE); HP-SpMM
-    measured 0.86-0.94x with that order (ab_item_pointer.txt, session 9), so it is an option.
+    measured 0.86-0.94x with that order (h100-2026-11-23h/ab_item_pointer_isolated.txt), so it is
+    an option (the column-slab kernel uses it: 1.03-1.06x there).
     No negative-index wrap-around in either case."""
     from llvmlite import ir
     from numba.core import cgutils
