@@ -241,8 +241,8 @@ def simulator_enabled():
 #: SLAB_MIN_SEGMENT entries by :func:`slab_features`, and N >= SLAB_MIN_COLUMNS.  Fitted on
 #: tools/slab_rule.py (H100, session 9, benchmarks/results/h100-2026-11-23h/slab_rule.txt):
 #: faster than HP-SpMM on each of the 32 sampled subgraphs of rmat:20 at N = 64, 128 and 256
-#: (1.29-2.92x; 9-37 estimated entries per segment, the small subgraphs included, where HP
-#: leaves most of the GPU idle), slower on R-MAT scale 16 (0.38-0.57x) and within 0.81-1.22x
+#: (1.29-2.92x; 9-37 estimated entries per segment, the 1.1k-2.3k-node subgraphs included),
+#: slower on R-MAT scale 16 (0.38-0.57x) and within 0.81-1.22x
 #: on Cora, PubMed and the default graph (1.0-1.5 entries per segment).  N = 32 not measured
 #: (HP is 1.9x of cuSPARSE there on the sampled workload).
 SLAB_MIN_SEGMENT = 4.0
