@@ -14,7 +14,7 @@ from .. import api, dispatch
 from ..csr import CSR
 from ..reference import attention_reference, relative_error, sddmm_spmm_reference, spmm_reference
 from .baselines import BASELINES, OPS, Unsupported, to_numpy
-from .timing import time_cuda, time_cuda_back_to_back, time_host, time_kernels
+from .timing import time_cuda, time_cuda_interleaved, time_host, time_kernels
 
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # cuSPARSE and atomics reorder sums
 GCN_OUT = 64  # "gcn" op: (A @ X) @ W with X (K, N) and W (N, GCN_OUT), a GCN layer
@@ -152,8 +152,10 @@ def applies(name, op):
 
 def run_case(case, impls, *, repeat=20, warmup=5, l2_bytes=50 << 20, seed=0):
     """Rows (dicts) for one case: error, median ms per call on an idle GPU (``ms``) and back to
-    back (``b2b_ms``), and for small graphs the host time of a call to its end (``call_ms``);
-    the GPU time per call comes from :func:`kernel_times`, in a later pass."""
+    back (``b2b_ms``), and for small graphs the host time of a call to its end (``call_ms``).
+    Every implementation is checked first; then their timed repetitions are interleaved
+    (:func:`time_cuda_interleaved`).  The GPU time per call comes from :func:`kernel_times`, in
+    a later pass."""
     import torch
 
     impls = {name: make for name, make in impls.items() if applies(name, case.op)}
@@ -162,33 +164,51 @@ def run_case(case, impls, *, repeat=20, warmup=5, l2_bytes=50 << 20, seed=0):
     copies = l2_copies(case, l2_bytes)
     buffers = _inputs(case, copies, rng)
     reference = _reference(case, buffers[0])
-    rows = []
+    rows, calls = [], {}
     for name, make in impls.items():
         row = dict(graph=case.graph, nodes=case.A.shape[0], nnz=int(case.A.nnz), op=case.op,
                    reduce=case.reduce, n=case.n, dtype=case.dtype, impl=name,
                    bytes=compulsory_bytes(case.A, case.op, case.n, case.dtype),
                    flops=flops(case.A, case.op, case.n))
+        rows.append(row)
         try:
             run = make(case.A, case.op, case.reduce, case.dtype)
-            error = relative_error(to_numpy(run(*buffers[0])), reference)
-            row["error"] = error
-            if not error <= TOLERANCE[case.dtype]:
+            row["error"] = relative_error(to_numpy(run(*buffers[0])), reference)
+            if not row["error"] <= TOLERANCE[case.dtype]:
                 row["status"] = "wrong result"
-            else:
-                cycle = itertools.cycle(buffers)
-                row["ms"], _ = time_cuda(lambda: run(*next(cycle)), warmup=warmup, repeat=repeat)
-                row["b2b_ms"], _ = time_cuda_back_to_back(lambda: run(*next(cycle)), warmup=warmup)
-                if case.A.nnz <= CALL_TIME_MAX_NNZ:
-                    row["call_ms"], _ = time_host(lambda: (run(*next(cycle)), torch.cuda.synchronize()),
-                                                  warmup=warmup, repeat=repeat)
-                row["status"] = "ok"
+                continue
+            cycle = itertools.cycle(buffers)
+            calls[name] = (row, lambda run=run, cycle=cycle: run(*next(cycle)))
         except Unsupported as exc:
             row["status"] = f"skipped: {exc}"
         except torch.cuda.OutOfMemoryError:
             row["status"] = "skipped: out of GPU memory"
             torch.cuda.empty_cache()
-        rows.append(row)
+    _time_rows(calls, repeat=repeat, warmup=warmup, host_time=case.A.nnz <= CALL_TIME_MAX_NNZ)
     return rows
+
+
+def _time_rows(calls, *, repeat, warmup, host_time=False, b2b_calls=20):
+    """Fill ``ms``, ``b2b_ms`` (and with ``host_time`` ``call_ms``) and ``status`` of each
+    checked implementation's row, in place; ``calls``: {name: (row, fn)}."""
+    import torch
+
+    if not calls:
+        return
+    fns = {name: fn for name, (_, fn) in calls.items()}
+    try:
+        single = time_cuda_interleaved(fns, warmup=warmup, repeat=repeat)
+        back_to_back = time_cuda_interleaved(fns, calls=b2b_calls, warmup=1, repeat=10)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        for row, _ in calls.values():
+            row["status"] = "skipped: out of GPU memory"
+        return
+    for name, (row, fn) in calls.items():
+        row["ms"], row["b2b_ms"] = single[name][0], back_to_back[name][0]
+        if host_time:
+            row["call_ms"], _ = time_host(lambda: (fn(), torch.cuda.synchronize()), warmup=warmup, repeat=repeat)
+        row["status"] = "ok"
 
 
 def kernel_times(case, impls, *, repeat=20, l2_bytes=50 << 20, seed=0):
@@ -253,9 +273,10 @@ def copy_bandwidth_gbs(n_bytes=1 << 30):
 
 def run_sampled(name, subgraphs, impls, n, *, dtype="float32", repeat=20, warmup=3, seed=0):
     """The graph-sampling workload: one SpMM (sum) per subgraph, back to back; each result
-    is checked, then the whole sequence is timed as one unit: ``ms`` the median of ``repeat``
-    sequences each started on an idle GPU, ``b2b_ms`` the median of ``repeat`` runs of 5
-    sequences back to back (its GPU time: :func:`sampled_kernel_times`)."""
+    is checked, then the whole sequence is timed as one unit, the implementations' repetitions
+    interleaved: ``ms`` the median of ``repeat`` sequences each started on an idle GPU,
+    ``b2b_ms`` the median of 10 runs of 5 sequences back to back (its GPU time:
+    :func:`sampled_kernel_times`)."""
     import torch
 
     rng = np.random.default_rng(seed)
@@ -264,28 +285,28 @@ def run_sampled(name, subgraphs, impls, n, *, dtype="float32", repeat=20, warmup
     refs = [spmm_reference(A, B.double().cpu().numpy()) for A, B in zip(subgraphs, Bs)]
     nnz = int(sum(A.nnz for A in subgraphs))
     total_bytes = sum(compulsory_bytes(A, "spmm", n, dtype) for A in subgraphs)
-    rows = []
+    rows, calls = [], {}
     for impl, make in impls.items():
         if not applies(impl, "spmm"):
             continue
         row = dict(graph=name, nodes=int(sum(A.shape[0] for A in subgraphs)), nnz=nnz, op="spmm",
                    reduce="sum", n=n, dtype=dtype, impl=impl, bytes=total_bytes,
                    flops=2 * nnz * n, subgraphs=len(subgraphs))
+        rows.append(row)
         try:
             runs = [make(A, "spmm", "sum", dtype) for A in subgraphs]
             row["error"] = max(relative_error(to_numpy(r(B)), ref) for r, B, ref in zip(runs, Bs, refs))
             if not row["error"] <= TOLERANCE[dtype]:
                 row["status"] = "wrong result"
-            else:
-                def all_subgraphs():
-                    for r, B in zip(runs, Bs):
-                        r(B)
-                row["ms"], _ = time_cuda(all_subgraphs, warmup=warmup, repeat=repeat)
-                row["b2b_ms"], _ = time_cuda_back_to_back(all_subgraphs, calls=5, warmup=1, repeat=repeat)
-                row["status"] = "ok"
+                continue
+
+            def all_subgraphs(runs=runs):
+                for r, B in zip(runs, Bs):
+                    r(B)
+            calls[impl] = (row, all_subgraphs)
         except Unsupported as exc:
             row["status"] = f"skipped: {exc}"
-        rows.append(row)
+    _time_rows(calls, repeat=repeat, warmup=warmup, b2b_calls=5)
     return rows
 
 

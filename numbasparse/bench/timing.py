@@ -25,20 +25,35 @@ def time_cuda_back_to_back(fn, *, calls=20, warmup=3, repeat=5):
 
 
 def _time_between_events(fn, calls, warmup, repeat):
+    return time_cuda_interleaved({None: fn}, calls=calls, warmup=warmup, repeat=repeat)[None]
+
+
+def time_cuda_interleaved(fns, *, calls=1, warmup=3, repeat=20):
+    """:func:`time_cuda` (``calls=1``) or :func:`time_cuda_back_to_back` for several functions
+    at once, their repetitions interleaved: round r times each function once, starting with
+    function r mod len(fns), so that a drift of the host's speed during the run (seen on the
+    device hosts: 31 or 47 us per call for the same code, from one block of repetitions to the
+    next) reaches every function alike instead of the one timed then.
+    ``fns``: {name: fn}.  Returns {name: (median_ms, all_ms)}."""
     event, synchronize = _events()
-    for _ in range(warmup):
-        fn()
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
     synchronize()
-    times = []
-    for _ in range(repeat):
-        start, stop = event(), event()
-        start.record()
-        for _ in range(calls):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / calls)
-    return float(np.median(times)), times
+    times = {name: [] for name in names}
+    for r in range(repeat):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            fn = fns[name]
+            start, stop = event(), event()
+            start.record()
+            for _ in range(calls):
+                fn()
+            stop.record()
+            stop.synchronize()
+            times[name].append(start.elapsed_time(stop) / calls)
+    return {name: (float(np.median(t)), t) for name, t in times.items()}
 
 
 def host_us_per_call(fn, *, calls=300, warmup=20):

@@ -1,4 +1,4 @@
-"""The benchmark harness on the CPU: arguments, generators, byte counting, reports."""
+"""The benchmark harness: arguments, generators, byte counting, reports (on the CPU); one whole run on a GPU."""
 import json
 
 import numpy as np
@@ -130,3 +130,20 @@ def test_fused_score_ops_compare_fused_unfused_and_scatter():
     A = sp.csr_matrix(np.ones((3, 5), np.float32))
     assert harness.compulsory_bytes(A, "attention", 8, "float32") == 4 * 4 + 15 * 8 + (2 * 3 * 8 + 2 * 5 * 8) * 4
     assert parse_args(["--ops", "sddmm_spmm,attention"]).ops == ["sddmm_spmm", "attention"]
+
+
+@pytest.mark.gpu
+def test_bench_times_every_checked_implementation_on_a_gpu(tmp_path, capsys):
+    from numbasparse.bench.__main__ import main
+
+    out = tmp_path / "rows.json"
+    assert main(["--graphs", "rmat:7", "--ops", "spmm", "--n", "32", "--algorithms", "auto,hp",
+                 "--baselines", "torch_csr32", "--repeat", "3", "--warmup", "1", "--kernel-time",
+                 "--sampled", "rmat:10", "--sampled-count", "3", "--sampled-nodes", "50,100",
+                 "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["graph"], r["impl"]) for r in rows} == {
+        (g, i) for g in ("rmat:7", "sampled(rmat:10,3)") for i in ("ns:auto", "ns:hp", "torch_csr32")}
+    for r in rows:
+        assert r["status"] == "ok" and r["error"] < 1e-5
+        assert r["ms"] > 0 and r["b2b_ms"] > 0 and r["kernel_ms"] > 0

@@ -33,3 +33,22 @@ def test_time_cuda_times_each_call_and_back_to_back_divides_by_calls(monkeypatch
     assert ms == 2.0 and len(times) == 5 and clock.calls == 7
     ms, times = timing.time_cuda_back_to_back(clock.fn, calls=10, warmup=1, repeat=3)
     assert ms == 2.0 and len(times) == 3 and clock.calls == 7 + 1 + 30
+
+
+def test_interleaved_timing_rotates_the_order_and_times_each_function_alone(monkeypatch):
+    clock, order = FakeClock(), []
+
+    def costs(name, ms):
+        def fn():
+            order.append(name)
+            clock.now += ms
+        return fn
+
+    monkeypatch.setattr(timing, "_events", lambda: fake_events(clock))
+    fns = {"a": costs("a", 1.0), "b": costs("b", 3.0), "c": costs("c", 0.5)}
+    result = timing.time_cuda_interleaved(fns, calls=4, warmup=2, repeat=3)
+    assert {name: ms for name, (ms, _) in result.items()} == {"a": 1.0, "b": 3.0, "c": 0.5}
+    assert all(len(times) == 3 for _, times in result.values())
+    timed = order[6:]  # after two warm-up calls of each
+    rounds = [timed[i:i + 12:4] for i in range(0, 36, 12)]  # first call of each block, per round
+    assert rounds == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
