@@ -28,12 +28,13 @@ def _time_between_events(fn, calls, warmup, repeat):
     return time_cuda_interleaved({None: fn}, calls=calls, warmup=warmup, repeat=repeat)[None]
 
 
-def time_cuda_interleaved(fns, *, calls=1, warmup=3, repeat=20):
+def time_cuda_interleaved(fns, *, calls=1, warmup=3, repeat=20, seed=0):
     """:func:`time_cuda` (``calls=1``) or :func:`time_cuda_back_to_back` for several functions
-    at once, their repetitions interleaved: round r times each function once, starting with
-    function r mod len(fns), so that a drift of the host's speed during the run (seen on the
-    device hosts: 31 or 47 us per call for the same code, from one block of repetitions to the
-    next) reaches every function alike instead of the one timed then.
+    at once, their repetitions interleaved: each round times every function once, in a fresh
+    random order (seeded), so that neither a drift of the host's speed during the run (seen on
+    the device hosts: 31 or 47 us per call for the same code, from one block of repetitions to
+    the next) nor the function timed just before (a call after a different library's runs on
+    colder host caches) favours one function.
     ``fns``: {name: fn}.  Returns {name: (median_ms, all_ms)}."""
     event, synchronize = _events()
     names = list(fns)
@@ -41,18 +42,18 @@ def time_cuda_interleaved(fns, *, calls=1, warmup=3, repeat=20):
         for _ in range(warmup):
             fns[name]()
     synchronize()
+    rng = np.random.default_rng(seed)
     times = {name: [] for name in names}
-    for r in range(repeat):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
-            fn = fns[name]
+    for _ in range(repeat):
+        for i in rng.permutation(len(names)):
+            fn = fns[names[i]]
             start, stop = event(), event()
             start.record()
             for _ in range(calls):
                 fn()
             stop.record()
             stop.synchronize()
-            times[name].append(start.elapsed_time(stop) / calls)
+            times[names[i]].append(start.elapsed_time(stop) / calls)
     return {name: (float(np.median(t)), t) for name, t in times.items()}
 
 
