@@ -244,7 +244,10 @@ def simulator_enabled():
 #: (1.29-2.92x; 9-37 estimated entries per segment, the 1.1k-2.3k-node subgraphs included),
 #: slower on R-MAT scale 16 (0.38-0.57x) and within 0.81-1.22x
 #: on Cora, PubMed and the default graph (1.0-1.5 entries per segment).  N = 32 not measured
-#: (HP is 1.9x of cuSPARSE there on the sampled workload).
+#: (HP is 1.9x of cuSPARSE there on the sampled workload).  The rule, fitted on sums, holds for
+#: mean, max and min too: on three of those subgraphs (1.1k, 4.9k and 9.1k nodes) at N = 64..256 the
+#: slab kernel was 1.08-2.80x faster than HP for every reduction (session 10,
+#: benchmarks/results/h100-2026-11-24/dense_reductions.json).
 SLAB_MIN_SEGMENT = 4.0
 SLAB_MIN_COLUMNS = 64
 
