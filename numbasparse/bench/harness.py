@@ -271,6 +271,14 @@ def copy_bandwidth_gbs(n_bytes=1 << 30):
     return 2 * n_bytes / ms / 1e6
 
 
+def in_sequence(runs, Bs):
+    """One call of the sampled workload: ``runs[i](Bs[i])`` for every subgraph, in order."""
+    def all_subgraphs():
+        for run, B in zip(runs, Bs):
+            run(B)
+    return all_subgraphs
+
+
 def run_sampled(name, subgraphs, impls, n, *, dtype="float32", repeat=20, warmup=3, seed=0):
     """The graph-sampling workload: one SpMM (sum) per subgraph, back to back; each result
     is checked, then the whole sequence is timed as one unit, the implementations' repetitions
@@ -299,11 +307,7 @@ def run_sampled(name, subgraphs, impls, n, *, dtype="float32", repeat=20, warmup
             if not row["error"] <= TOLERANCE[dtype]:
                 row["status"] = "wrong result"
                 continue
-
-            def all_subgraphs(runs=runs):
-                for r, B in zip(runs, Bs):
-                    r(B)
-            calls[impl] = (row, all_subgraphs)
+            calls[impl] = (row, in_sequence(runs, Bs))
         except Unsupported as exc:
             row["status"] = f"skipped: {exc}"
     _time_rows(calls, repeat=repeat, warmup=warmup, b2b_calls=5)
@@ -326,11 +330,7 @@ def sampled_kernel_times(subgraphs, impls, n, *, dtype="float32", repeat=20, see
             runs = [make(A, "spmm", "sum", dtype) for A in subgraphs]
         except Unsupported:
             continue
-
-        def all_subgraphs():
-            for r, B in zip(runs, Bs):
-                r(B)
-        ms = time_kernels(all_subgraphs, warmup=1, repeat=repeat)
+        ms = time_kernels(in_sequence(runs, Bs), warmup=1, repeat=repeat)
         if ms is not None:
             times[impl] = ms
     return times

@@ -32,7 +32,7 @@ def time_cuda_interleaved(fns, *, calls=1, warmup=3, repeat=20, seed=0):
     """:func:`time_cuda` (``calls=1``) or :func:`time_cuda_back_to_back` for several functions
     at once, their repetitions interleaved: each round times every function once, in a fresh
     random order (seeded), so that neither a drift of the host's speed during the run (seen on
-    the device hosts: 31 or 47 us per call for the same code, from one block of repetitions to
+    the device hosts: 31 to 48 us per call for the same code, from one block of repetitions to
     the next) nor the function timed just before (a call after a different library's runs on
     colder host caches) favours one function.
     ``fns``: {name: fn}.  Returns {name: (median_ms, all_ms)}."""

@@ -133,7 +133,7 @@ def test_fused_score_ops_compare_fused_unfused_and_scatter():
 
 
 @pytest.mark.gpu
-def test_bench_times_every_checked_implementation_on_a_gpu(tmp_path, capsys):
+def test_bench_times_every_checked_implementation_on_a_gpu(tmp_path):
     from numbasparse.bench.__main__ import main
 
     out = tmp_path / "rows.json"
