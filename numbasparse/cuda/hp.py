@@ -8,6 +8,7 @@ row array is stored: the row of each segment's first nonzero is found once on th
 (:func:`segment_rows`, one entry per segment) and a warp walks ``indptr`` from there as its
 nonzeros cross row ends.
 """
+import collections
 import functools
 
 import numba
@@ -16,7 +17,8 @@ from numba import cuda
 from numba.cuda import config
 
 from . import launch, reductions
-from .intrinsics import atomic_max_float, atomic_min_float, shfl_down, syncblock, syncwarp_lanes, vector_load
+from .intrinsics import (atomic_max_float, atomic_min_float, load_l2, shfl_down, syncblock, syncwarp_lanes,
+                         vector_load)
 
 WARP = launch.WARP_SIZE
 
@@ -87,7 +89,7 @@ def _fill_grid(n_elements):
 
 
 @functools.lru_cache(maxsize=None)
-def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth):
+def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth, prefilled=True):
     """Compile-once factory of the HP-SpMM kernel.
 
     Thread mapping: a warp is ``32 // lanes`` groups of ``lanes`` lanes; group g owns
@@ -112,6 +114,16 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth)
     the block combines the partials of the groups after it and stores the row, or, for a row
     crossing a block boundary (and so pre-filled, :func:`prefill_rows`), combines it
     atomically: one atomic per block, not per group.
+
+    With ``prefilled`` False the kernel writes every element of C itself, so a call is one GPU
+    operation (no memset or fill launch before it, which costs a host-bound call as much as a
+    small graph's kernel): every reduction merges in the block as above; a row crossing blocks
+    is combined by the last block to finish its part (the threadfence-reduction pattern: each
+    block's part goes to ``parts``, a fence, then an ``atomic.inc`` on the row's counter in
+    ``arrivals``, one counter per lane, which wraps back to 0 for the next call; the block
+    that sees the last count reads the parts through L2 and stores the row); and a group
+    zeroes the empty rows whose ``indptr`` lies in its nonzeros (the rows it skips, those just
+    before its first row, and, for the last group, the rows after the last entry).
     """
     warps = launch.HP_WARPS_PER_BLOCK
     groups = WARP // lanes
@@ -127,7 +139,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth)
     gathered_size = depth * width
     group_mask = (1 << lanes) - 1 if lanes < WARP else 0xFFFFFFFF
     MEAN, MAX, MIN = reductions.MEAN, reductions.MAX, reductions.MIN
-    merge = merges_in_block(reduce_code)
+    merge = merges_in_block(reduce_code) or not prefilled
     block_groups = warps * groups
     merge_size = block_groups * tile if merge else 1  # one partial row tile per group
     merge_rows_size = block_groups if merge else 1
@@ -152,6 +164,54 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth)
                         atomic_min_float(C, row, col, x)
                     else:
                         cuda.atomic.add(C, (row, col), x)
+
+    @cuda.jit(device=True, inline="always")
+    def zero_row(C, row, j):
+        for c in range(cf):
+            if j + c * span < C.shape[1]:
+                for v in range(vec):
+                    C[row, j + c * span + v] = 0
+
+    @cuda.jit(device=True, inline="always")
+    def combine_across_blocks(C, parts, arrivals, row, row_start, row_end, block_start, block_nnz, j, glane, acc):
+        """Leave this block's part of a row crossing blocks in ``parts``; the last of the row's
+        blocks to arrive (per lane) combines all parts and stores the row."""
+        first = row_start // block_nnz  # the row's blocks are first..last
+        last = (row_end - 1) // block_nnz
+        grid_x = cuda.gridDim.x
+        n = C.shape[1]
+        side = 0 if row_start < block_start else 1  # 0: the row began in an earlier block
+        base = (side * grid_x + cuda.blockIdx.x) * n
+        for c in range(cf):
+            if j + c * span < n:
+                for v in range(vec):
+                    parts[base + j + c * span + v] = acc[c * vec + v]
+        cuda.threadfence()  # the part is visible before the count says so
+        others = numba.uint32(last - first)
+        counter = (first * cuda.gridDim.y + cuda.blockIdx.y) * lanes + glane
+        if cuda.atomic.inc(arrivals, counter, others) == others:
+            cuda.threadfence()
+            for c in range(cf):
+                if j + c * span < n:
+                    for v in range(vec):
+                        col = j + c * span + v
+                        x = load_l2(parts, (grid_x + first) * n + col)  # the first block's part
+                        for b in range(first + 1, last + 1):
+                            x = combine(reduce_code, x, load_l2(parts, b * n + col))
+                        if reduce_code == MEAN:
+                            x = x / (row_end - row_start)
+                        C[row, col] = x
+
+    @cuda.jit(device=True, inline="always")
+    def finish_row(C, parts, arrivals, row, row_start, row_end, lo, hi, block_start, block_nnz, j, glane, acc):
+        """Store the row, whose entries in [lo, hi) are in ``acc``: directly if they are all of
+        it, else atomically into the pre-filled C, or across blocks."""
+        owned = row_start >= lo and row_end <= hi
+        if owned or prefilled:
+            flush(C, row, j, acc, row_end - row_start, owned)
+        else:
+            combine_across_blocks(C, parts, arrivals, row, row_start, row_end, block_start, block_nnz, j, glane,
+                                  acc)
 
     @cuda.jit(device=True, inline="always")
     def add_entry(acc, a, B, k, j, n):
@@ -189,24 +249,29 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth)
             partials[slot + v] = acc[v]
 
     @cuda.jit(device=True, inline="always")
-    def next_row(C, indptr, partials, partial_rows, acc, row, row_start, row_end, seg_start, bg, slot, j, active):
-        """Finish the group's row (store it, combine it atomically, or leave it for the block
-        merge), reset ``acc`` and move to the next non-empty row: its (row, start, end)."""
+    def next_row(C, indptr, parts, arrivals, partials, partial_rows, acc, row, row_start, row_end, seg_start,
+                 block_start, block_nnz, bg, slot, j, glane, active):
+        """Finish the group's row (store it, combine it atomically or across blocks, or leave it
+        for the block merge), reset ``acc`` and move to the next non-empty row: its (row,
+        start, end)."""
         if merge and row_start < seg_start and bg > 0:
             partial_rows[bg] = row  # group bg - 1 holds this row too
             if active:
                 leave_partial(partials, slot, acc)
-        elif active:
-            flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
+        elif active:  # the row ends in this group
+            finish_row(C, parts, arrivals, row, row_start, row_end, seg_start, row_end, block_start, block_nnz, j,
+                       glane, acc)
         row += 1
-        while indptr[row + 1] == row_end:
-            row += 1  # skip empty rows (pre-filled)
+        while indptr[row + 1] == row_end:  # skip empty rows (pre-filled, or zeroed here)
+            if not prefilled and active:
+                zero_row(C, row, j)
+            row += 1
         for v in range(width):
             acc[v] = init
         return row, row_end, indptr[row + 1]
 
     @cuda.jit(**options)  # (the simulator's jit takes no register cap)
-    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group):
+    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts, arrivals):
         lane = cuda.threadIdx.x % WARP
         g = lane // lanes
         glane = lane % lanes
@@ -221,8 +286,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth)
         bg = (cuda.threadIdx.x // WARP) * groups + g  # the group's index in its block
         group_id = cuda.blockIdx.x * block_groups + bg
         seg_start = group_id * nnz_per_group
-        block_start = cuda.blockIdx.x * block_groups * nnz_per_group
-        block_end = min(block_start + block_groups * nnz_per_group, nnz)
+        block_nnz = block_groups * nnz_per_group
+        block_start = cuda.blockIdx.x * block_nnz
+        block_end = min(block_start + block_nnz, nnz)
         slot = bg * tile + glane * width  # this lane's part of the group's partial row
         j = cuda.blockIdx.y * tile + glane * vec
         n = C.shape[1]
@@ -236,6 +302,11 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth)
             row = group_rows[group_id]
             row_start = indptr[row]
             row_end = indptr[row + 1]
+            if not prefilled and active:
+                r = row - 1
+                while r >= 0 and indptr[r] == seg_start:  # empty rows just before this group's
+                    zero_row(C, r, j)
+                    r -= 1
             for v in range(width):
                 acc[v] = init
             base = cuda.threadIdx.x - glane  # this group's slots in the cache
@@ -248,16 +319,18 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth)
                 if depth == 1:  # entry by entry, all groups of the warp in step
                     for kk in range(count):
                         if chunk + kk >= row_end:
-                            row, row_start, row_end = next_row(C, indptr, partials, partial_rows, acc, row,
-                                                               row_start, row_end, seg_start, bg, slot, j, active)
+                            row, row_start, row_end = next_row(C, indptr, parts, arrivals, partials, partial_rows, acc,
+                                                               row, row_start, row_end, seg_start, block_start,
+                                                               block_nnz, bg, slot, j, glane, active)
                         if active:
                             add_entry(acc, cached_val[base + kk], B, cached_col[base + kk], j, n)
                 else:  # runs of entries in one row, depth entries' B rows loaded before use
                     kk = 0
                     while kk < count:
                         if chunk + kk >= row_end:
-                            row, row_start, row_end = next_row(C, indptr, partials, partial_rows, acc, row,
-                                                               row_start, row_end, seg_start, bg, slot, j, active)
+                            row, row_start, row_end = next_row(C, indptr, parts, arrivals, partials, partial_rows, acc,
+                                                               row, row_start, row_end, seg_start, block_start,
+                                                               block_nnz, bg, slot, j, glane, active)
                         stop = min(count, row_end - chunk)  # entries kk..stop-1 lie in this row
                         if active:
                             while kk + depth <= stop:
@@ -278,7 +351,11 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth)
             elif merge and row_end > seg_end:
                 gather = True  # the row goes on in the next group
             elif active:
-                flush(C, row, j, acc, row_end - row_start, row_start >= seg_start and row_end <= seg_end)
+                finish_row(C, parts, arrivals, row, row_start, row_end, seg_start, seg_end, block_start, block_nnz, j,
+                           glane, acc)
+            if not prefilled and active and seg_end == nnz:
+                for r in range(row + 1, C.shape[0]):  # empty rows after the last entry
+                    zero_row(C, r, j)
         if merge:
             syncblock()  # every partial is in shared memory
             if gather:
@@ -289,7 +366,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth)
                             acc[v] = combine(reduce_code, acc[v], partials[h * tile + glane * width + v])
                     h += 1
                 if active:
-                    flush(C, row, j, acc, 1, row_start >= block_start and row_end <= block_end)
+                    finish_row(C, parts, arrivals, row, row_start, row_end, block_start, block_end, block_start,
+                               block_nnz, j, glane, acc)
 
     return spmm_hp
 
@@ -324,39 +402,84 @@ def spmm_hp_layout(A, n_cols, itemsize, B, lanes=None):
     return lanes, vec, cf, depth
 
 
-def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None):
-    """Launch HP-SpMM: pre-fill C (for sum and mean a memset, their identity being 0; for max
-    and min only the rows :func:`prefill_rows` lists), then the hybrid-parallel kernel.
+def empty_rows_per_group(A, nnz_per_group):
+    """The most empty rows one lane group of ``nnz_per_group`` nonzeros zeroes in the
+    single-launch HP-SpMM (``prefilled`` False): the empty rows whose ``indptr`` lies in its
+    nonzeros, the last group taking those after the last entry.  Once per pattern."""
+    key = ("empty_rows_per_group", nnz_per_group)
+    if key not in A._derived:
+        indptr = A._host.indptr.astype(np.int64)
+        at = indptr[:-1][indptr[1:] == indptr[:-1]]
+        owner = np.minimum(at // nnz_per_group, launch.cdiv(A.nnz, nnz_per_group) - 1)
+        A._derived[key] = int(np.bincount(owner).max()) if owner.size else 0
+    return A._derived[key]
+
+
+HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows prefilled fill_rows lanes dummy")
+
+
+def _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill):
+    """The launch plan of HP-SpMM for A (the layout, DTP and single-launch rules)."""
+    lanes, vec, cf, depth = spmm_hp_layout(A, n, C.dtype.itemsize, B, lanes)
+    n_tiles = launch.cdiv(n, lanes * vec * cf)
+    groups_per_warp = WARP // lanes
+    if nnz_per_group is None:
+        nnz_per_group = launch.hp_nnz_per_warp(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
+    if prefill is None:
+        prefill = not launch.hp_single_launch(empty_rows_per_group(A, nnz_per_group))
+    kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str, depth, bool(prefill))
+    block_groups = launch.HP_WARPS_PER_BLOCK * groups_per_warp
+    grid = (launch.cdiv(launch.cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
+    fill_rows = prefill_rows(A, block_groups * nnz_per_group) if prefill and merges_in_block(code) else None
+    dummy = (cuda.device_array(1, C.dtype), cuda.device_array(1, np.uint32))  # scratch a pre-filled C needs not
+    return HPPlan(kernel, grid, nnz_per_group, segment_rows(A, nnz_per_group), bool(prefill), fill_rows, lanes,
+                  dummy)
+
+
+def _scratch(A, key, plan, n, dtype, stream):
+    """(parts, arrivals) of a single-launch HP-SpMM on ``stream``: one per stream, since calls
+    on one stream run one after another and the counters go back to 0 at the end of each."""
+    handle = launch.stream_handle(stream)
+    scratch = A._derived.get((key, handle))
+    if scratch is None:
+        grid_x, grid_y = plan.grid
+        scratch = A._derived[(key, handle)] = (cuda.device_array(2 * grid_x * n, dtype),
+                                               cuda.to_device(np.zeros(grid_x * grid_y * plan.lanes, np.uint32)))
+    return handle, scratch
+
+
+def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, prefill=None):
+    """Launch HP-SpMM.  With ``prefill`` (the default where some lane group would have more than
+    launch.HP_MAX_ZEROED_ROWS empty rows to zero, :func:`launch.hp_single_launch`) C is
+    pre-filled first (for sum and mean a memset, their identity being 0; for max and min only
+    the rows :func:`prefill_rows` lists), else the kernel alone writes all of C.
     ``nnz_per_group`` defaults to Dynamic Task Partition's choice for this graph and GPU,
     ``lanes`` to :func:`launch.hp_lane_layout`'s (:func:`spmm_hp_layout`)."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
-    code = reductions.CODES[reduce]
-    merge = merges_in_block(code) and A.nnz > 0
-    if not merge and not launch.zero(C, stream):  # (max and min with no entries: all rows 0)
-        launch.run(zero_fill_kernel(C.dtype.str), *_fill_grid(m * n), stream, C)
-    if A.nnz == 0:
+    if A.nnz == 0:  # every row empty: 0 for every reduction
+        if not launch.zero(C, stream):
+            launch.run(zero_fill_kernel(C.dtype.str), *_fill_grid(m * n), stream, C)
         return
-    key = ("spmm_hp", code, n, C.dtype.str, launch.alignment(B), nnz_per_group, lanes)
-    plan = A._derived.get(key)  # the layout and DTP rules, once per sparsity pattern
+    code = reductions.CODES[reduce]
+    key = ("spmm_hp", code, n, C.dtype.str, launch.alignment(B), nnz_per_group, lanes, prefill)
+    plan = A._derived.get(key)  # once per sparsity pattern
     if plan is None:
-        lanes, vec, cf, depth = spmm_hp_layout(A, n, C.dtype.itemsize, B, lanes)
-        n_tiles = launch.cdiv(n, lanes * vec * cf)
-        groups_per_warp = WARP // lanes
-        if nnz_per_group is None:
-            nnz_per_group = launch.hp_nnz_per_warp(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
-        kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str, depth)
-        block_groups = launch.HP_WARPS_PER_BLOCK * groups_per_warp
-        grid = (launch.cdiv(launch.cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
-        prefill = prefill_rows(A, block_groups * nnz_per_group) if merge else None
-        plan = A._derived[key] = (kernel, grid, nnz_per_group, segment_rows(A, nnz_per_group), prefill)
-    kernel, grid, nnz_per_group, group_rows, prefill = plan
-    if prefill is not None:
-        launch.run(fill_rows_kernel(C.dtype.str, prefill.dtype.str), *_fill_grid(prefill.shape[0] * n), stream,
-                   prefill, A.indptr, C, 0.0, reductions.initial(code))
-    args = (A.indptr, A.indices, A.data, group_rows, B, C, nnz_per_group)
-    launch.run_bound(A._bound, key, kernel, grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, args, (4, 5))
+        plan = A._derived[key] = _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill)
+    if plan.prefilled:
+        parts, arrivals = plan.dummy
+        if plan.fill_rows is not None:
+            launch.run(fill_rows_kernel(C.dtype.str, plan.fill_rows.dtype.str),
+                       *_fill_grid(plan.fill_rows.shape[0] * n), stream, plan.fill_rows, A.indptr, C, 0.0,
+                       reductions.initial(code))
+        elif not merges_in_block(code) and not launch.zero(C, stream):
+            launch.run(zero_fill_kernel(C.dtype.str), *_fill_grid(m * n), stream, C)
+    else:
+        handle, (parts, arrivals) = _scratch(A, key, plan, n, C.dtype, stream)
+        key = key + (handle,)  # the bound launch holds this stream's scratch
+    args = (A.indptr, A.indices, A.data, plan.group_rows, B, C, plan.nnz_per_group, parts, arrivals)
+    launch.run_bound(A._bound, key, plan.kernel, plan.grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, args, (4, 5))
 
 
 @functools.lru_cache(maxsize=None)

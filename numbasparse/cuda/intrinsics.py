@@ -7,8 +7,9 @@ are the hardware instructions.  On the simulator a warp barrier becomes a block 
 the threads still running (stronger than needed, so it is still correct), and a shuffle
 exchanges values through a per-block table between two such barriers.  ``syncblock()`` is
 ``cuda.syncthreads()``, kept apart so that on the simulator warp barriers elsewhere in the
-block cannot release it.  Two memory operations Numba does not emit are built here from LLVM
-IR: ``vector_load`` (one 8- or 16-byte load), ``atomic_max_float``/``atomic_min_float``
+block cannot release it.  ``load_l2`` is a load that bypasses L1 (``cuda.ldcg``, absent from
+the simulator).  Memory operations Numba does not emit are built here from LLVM IR:
+``vector_load`` (one 8- or 16-byte load), ``atomic_max_float``/``atomic_min_float``
 (one integer atomic on a float's bits) and ``vector_red_add`` (one ``red.global.add.v2/.v4.f32``,
 inline PTX); they too have plain-Python simulator versions.  All address their element through
 :func:`_item_pointer` (a 32-bit row index: one wide multiply).
@@ -87,6 +88,20 @@ else:  # pragma: no cover - exercised only under the simulator
 
     def shfl_idx(value, lane):
         return _exchange(value, lambda _: lane)
+
+
+if not config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True, inline="always")
+    def load_l2(array, i):
+        """``array[i]`` of a 1-D array read past the SM's L1 (``ld.global.cg``): for data other
+        blocks wrote during this launch, which a stale L1 line could otherwise hide."""
+        return cuda.ldcg(array, i)
+
+else:  # pragma: no cover - the simulator has no caches (and no ldcg)
+
+    def load_l2(array, i):
+        return array[i]
 
 
 #: Row strides of the 2-D arrays the intrinsics address must be below this many bytes

@@ -70,6 +70,18 @@ def hp_gather_depth(nnz, nonempty_rows, width):
     return HP_GATHER_DEPTH if long_rows and width <= HP_GATHER_MAX_WIDTH else 1
 
 
+#: HP-SpMM writes all of C in its one launch (no memset or fill first) unless some lane group
+#: would zero more than this many empty rows, one after another (:func:`hp_single_launch`).
+HP_MAX_ZEROED_ROWS = 32
+
+
+def hp_single_launch(empty_rows_per_group):
+    """True where HP-SpMM runs as one GPU operation: the kernel zeroes empty rows itself and
+    combines rows crossing blocks without a pre-filled C (``hp.spmm_hp_kernel``, prefilled
+    False); ``empty_rows_per_group`` is the most one lane group must zero."""
+    return empty_rows_per_group <= HP_MAX_ZEROED_ROWS
+
+
 #: Fewest and most lanes per HP-SpMM lane group: narrow groups give a warp several nonzeros
 #: per instruction where N is small (H100, tools/tune_hp.py on rmat:16-20: N=32 8 lanes
 #: 1.4-2.3x faster than 32).  At N >= 128 a whole warp per entry (32 lanes x 4 columns, tiles of
@@ -226,7 +238,6 @@ class _FastLaunch:
     and the driver gets the slots' addresses (``kernelParams``)."""
 
     def __init__(self, compiled):
-        import ctypes
         import threading
 
         from numba.core import types

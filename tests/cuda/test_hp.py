@@ -14,33 +14,36 @@ from strategies import N_COLS, assert_close, graphs, random_dense
 REDUCTIONS = ("sum", "mean", "max", "min")
 
 
-def run_hp(A, B, reduce, nnz_per_group=None, index_dtype=None, lanes=None):
+def run_hp(A, B, reduce, nnz_per_group=None, index_dtype=None, lanes=None, prefill=None):
     dev = CSR.from_scipy(A, dtype=B.dtype, index_dtype=index_dtype)
     C = cuda.to_device(np.full((A.shape[0], B.shape[1]), np.nan, B.dtype))  # poisoned
-    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=nnz_per_group, lanes=lanes)
+    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=nnz_per_group, lanes=lanes, prefill=prefill)
     return C.copy_to_host()
 
 
 @given(A=graphs(), n=st.sampled_from(N_COLS + (128, 260)), reduce=st.sampled_from(REDUCTIONS),
        nnz_per_group=st.sampled_from([1, 5, 32, 64, None]), lanes=st.sampled_from([None, 32, 8, 4]),
        dtype=st.sampled_from([np.float32, np.float64]),
-       index_dtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2**32 - 1))
-def test_hp_matches_reference(A, n, reduce, nnz_per_group, lanes, dtype, index_dtype, seed):
+       index_dtype=st.sampled_from([np.int32, np.int64]), prefill=st.sampled_from([None, True, False]),
+       seed=st.integers(0, 2**32 - 1))
+def test_hp_matches_reference(A, n, reduce, nnz_per_group, lanes, dtype, index_dtype, prefill, seed):
     B = random_dense(np.random.default_rng(seed), (A.shape[1], n), dtype)
-    C = run_hp(A, B, reduce, nnz_per_group, index_dtype, lanes)
+    C = run_hp(A, B, reduce, nnz_per_group, index_dtype, lanes, prefill)
     assert_close(C, spmm_reference(A, B, reduce), dtype)
 
 
 @pytest.mark.parametrize("reduce", REDUCTIONS)
-def test_row_split_across_many_warps(reduce):
-    """One heavy row cut into 7-entry pieces: every piece combines atomically."""
+@pytest.mark.parametrize("prefill", [True, False])
+def test_row_split_across_many_warps(reduce, prefill):
+    """One heavy row cut into 7-entry pieces: every piece combines atomically (pre-filled C)
+    or through the last block to arrive."""
     rng = np.random.default_rng()
     dense = np.zeros((4, 90))
     dense[1] = rng.standard_normal(90)
     dense[3, :5] = rng.standard_normal(5)
     A = sp.csr_matrix(dense)
     B = random_dense(rng, (90, 33), np.float32)
-    C = run_hp(A, B, reduce, nnz_per_group=7)
+    C = run_hp(A, B, reduce, nnz_per_group=7, prefill=prefill)
     assert np.all(C[[0, 2]] == 0)  # empty rows
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
@@ -156,11 +159,11 @@ def test_prefill_rows_lists_empty_rows_and_rows_crossing_blocks():
     assert rows.copy_to_host().tolist() == [0, 2, 3, 5]  # row 1 lies in block 0, row 4 in block 1
 
 
-@pytest.mark.parametrize("reduce", ["max", "min"])
-def test_block_merge_of_split_rows(reduce):
+@pytest.mark.parametrize("reduce,prefill", [("max", True), ("min", True)] + [(r, False) for r in REDUCTIONS])
+def test_block_merge_of_split_rows(reduce, prefill):
     """Rows split between the groups of one block (merged in shared memory), rows crossing
-    blocks (pre-filled, one atomic per block; the 130-entry row covers a whole block),
-    empty rows between."""
+    blocks (pre-filled, one atomic per block; or combined by the last of their blocks to
+    finish; the 130-entry row covers a whole block), empty rows between."""
     rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5]  # blocks of 16 groups x 3 = 48 entries
     dense = np.zeros((len(lengths), 140))
@@ -168,6 +171,40 @@ def test_block_merge_of_split_rows(reduce):
         dense[i, rng.choice(140, n, replace=False)] = rng.standard_normal(n)
     A = sp.csr_matrix(dense)
     B = random_dense(rng, (140, 32), np.float32)
-    C = run_hp(A, B, reduce, nnz_per_group=3, lanes=8)
+    C = run_hp(A, B, reduce, nnz_per_group=3, lanes=8, prefill=prefill)
     assert np.all(C[np.array(lengths) == 0] == 0)
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, monkeypatch):
+    """No memset or fill before the kernel; empty rows first and last, rows crossing blocks,
+    and the arrival counters back at 0 after each call (three calls, fresh B each time)."""
+    rng = np.random.default_rng()
+    lengths = [0, 0, 9, 30, 0, 4, 26, 0, 0]  # blocks of 8 groups x 2 = 16 entries
+    dense = np.zeros((len(lengths), 40))
+    for i, n in enumerate(lengths):
+        dense[i, rng.choice(40, n, replace=False)] = rng.standard_normal(n)
+    A = sp.csr_matrix(dense)
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    launches = []
+    monkeypatch.setattr(launch, "zero", lambda *args: pytest.fail("memset in a single-launch call"))
+    run = launch.run
+    monkeypatch.setattr(launch, "run", lambda kernel, *args: launches.append(kernel) or run(kernel, *args))
+    for _ in range(3):
+        B = random_dense(rng, (40, 16), np.float32)
+        C = cuda.to_device(np.full((len(lengths), 16), np.nan, np.float32))
+        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=16, prefill=False)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+    assert all(k is launches[0] for k in launches)  # the HP kernel only
+    ((parts, arrivals),) = [v for k, v in dev._derived.items() if isinstance(k[0], tuple)]
+    assert not arrivals.copy_to_host().any()
+
+
+def test_single_launch_rule_counts_the_empty_rows_a_group_zeroes():
+    indptr = np.array([0, 0, 0, 4, 4, 9, 9, 9, 9, 12, 12])  # empty rows at 0, 0, 4, 9, 9, 9, 12
+    A = CSR.from_scipy(sp.csr_matrix((np.ones(12), np.arange(12) % 5, indptr), shape=(10, 5)))
+    assert hp.empty_rows_per_group(A, 4) == 4  # groups [0,4) [4,8) [8,12): 2, 1, 3 + 1 after the end
+    assert hp.empty_rows_per_group(A, 100) == 7
+    assert launch.hp_single_launch(launch.HP_MAX_ZEROED_ROWS)
+    assert not launch.hp_single_launch(launch.HP_MAX_ZEROED_ROWS + 1)
