@@ -9,8 +9,9 @@ each, as the benchmark's sampled workload) or the name of a graph in .data/.  Ea
 every result against a float64 reference first and prints the microseconds of the baseline and of
 each variant (default: numbasparse.cuda.hp, "new") and baseline/variant.  A variant is a module,
 optionally with HP-SpMM rule overrides after a colon, "/"-separated: ``hp:depth=3``,
-``hp:layout=32.2.1`` (lanes.vec.cf), ``hp:depth=2/layout=16.4.1`` ("hp" is numbasparse.cuda.hp):
-no copy of hp.py is needed to time a depth or a lane layout.
+``hp:layout=32.2.1`` (lanes.vec.cf), ``hp:depth=2/layout=16.4.1``, ``hp:prefill=1`` (the memset
+and atomics path; 0: the single launch) ("hp" is numbasparse.cuda.hp): no copy of hp.py is needed
+to time a depth, a lane layout or either launch mode.
 """
 import argparse
 import importlib
@@ -24,8 +25,7 @@ from numba import cuda  # noqa: E402
 
 import numbasparse as ns  # noqa: E402
 from numbasparse import graphs  # noqa: E402
-from numbasparse.bench.timing import time_kernels  # noqa: E402
-from numbasparse.cuda import hp  # noqa: E402
+from numbasparse.bench.timing import time_cuda_interleaved, time_kernels  # noqa: E402
 from numbasparse.reference import relative_error, sddmm_reference, spmm_reference  # noqa: E402
 
 
@@ -53,13 +53,13 @@ def operands(As, op, n, rng):
     return out
 
 
-def cases(graph_operands, op, module):
+def cases(graph_operands, op, module, **options):
     """(callable running the kernel once per graph, worst relative error of the results)."""
-    calls, errors = zip(*(case(A, dense, expected, op, module) for A, dense, expected in graph_operands))
+    calls, errors = zip(*(case(A, dense, expected, op, module, **options) for A, dense, expected in graph_operands))
     return (lambda: [call() for call in calls]), max(errors)
 
 
-def case(A, dense, expected, op, module):
+def case(A, dense, expected, op, module, **options):
     """(callable running the kernel on the given operands, relative error of its result)."""
     csr = ns.CSR.from_scipy(A)  # a fresh plan cache per module
     if op == "sddmm":
@@ -71,7 +71,7 @@ def case(A, dense, expected, op, module):
     reduce = "max" if op == "spmm_max" else "sum"
     Bd = cuda.to_device(dense[0])
     C = cuda.to_device(np.full((A.shape[0], dense[0].shape[1]), np.nan, np.float32))
-    fn = lambda: module.spmm_hp(csr, Bd, C, reduce)  # noqa: E731
+    fn = lambda: module.spmm_hp(csr, Bd, C, reduce, **options)  # noqa: E731
     fn()
     return fn, relative_error(C.copy_to_host(), expected)
 
@@ -87,8 +87,10 @@ def variant(spec):
             overrides["depth"] = int(value)
         elif key == "layout":
             overrides["layout"] = tuple(int(x) for x in value.split("."))
+        elif key == "prefill":
+            overrides["prefill"] = bool(int(value))
         else:
-            sys.exit(f"unknown variant option {option!r} (depth=D or layout=LANES.VEC.CF)")
+            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF or prefill=0/1)")
     label = "new" if spec in ("hp", "numbasparse.cuda.hp") else spec.replace("numbasparse.cuda.", "")
     return label, module, overrides
 
@@ -126,6 +128,8 @@ def main():
     parser.add_argument("--n", default="32,64,128,256")
     parser.add_argument("--baseline", default="numbasparse.cuda.old_hp")
     parser.add_argument("--variants", default="numbasparse.cuda.hp")
+    parser.add_argument("--events", action="store_true",
+                        help="also the CUDA-event time of one call on an idle GPU (interleaved, median of 50)")
     args = parser.parse_args()
     try:
         old_hp = importlib.import_module(args.baseline)
@@ -139,16 +143,23 @@ def main():
         for op in args.ops.split(","):
             for n in map(int, args.n.split(",")):
                 line = f"{spec:10} {op:9} N={n:3}"
-                us = {}
+                us, fns = {}, {}
                 graph_operands = operands(As, op, n, rng)
                 for name, module, overrides in (("old", old_hp, {}), *variants):
+                    options = {"prefill": overrides["prefill"]} if "prefill" in overrides and op != "sddmm" else {}
                     with overridden(module, overrides):
-                        fn, err = cases(graph_operands, op, module)
+                        fn, err = cases(graph_operands, op, module, **options)
+                    fns[name] = fn
                     us[name] = min(time_kernels(fn, warmup=3, repeat=20) for _ in range(3)) * 1e3
                     line += f"  {name} {us[name]:8.1f} us{'' if err < 1e-5 else f' WRONG ({err:.1e})'}"
                 for name, _, _ in variants:
                     ratios.setdefault((op, name), []).append(us["old"] / us[name])
                     line += f"  old/{name} {us['old'] / us[name]:5.2f}"
+                if args.events:
+                    events = {k: v[0] * 1e3 for k, v in time_cuda_interleaved(fns, repeat=50).items()}
+                    line += "  | events" + "".join(f"  {k} {v:6.1f}" for k, v in events.items())
+                    for name, _, _ in variants:
+                        ratios.setdefault((op + " events", name), []).append(events["old"] / events[name])
                 print(line, flush=True)
     for (op, name), r in ratios.items():
         print(f"{op}: old/{name} geomean {np.exp(np.mean(np.log(r))):.3f}, min {min(r):.2f}, max {max(r):.2f}")

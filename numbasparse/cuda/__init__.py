@@ -24,9 +24,11 @@ def kernel_configs():
             for lanes, vec, cf in ((32, 1, 1), (32, 2, 1), (32, 4, 1), (32, 4, 2), (16, 4, 1), (16, 4, 2), (16, 2, 2),
                                    (16, 1, 2), (8, 4, 1), (8, 4, 2), (4, 4, 1), (4, 2, 1)):
                 for depth in (1, 2) if (lanes, vec, cf) in ((32, 4, 1), (32, 2, 1), (16, 4, 1), (8, 4, 1), (32, 1, 1)) else (1,):
-                    configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} {reduce} {value}/{index}",
-                                    hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth),
-                                    (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64)))
+                    for prefilled in (True, False):
+                        configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} prefilled={prefilled} "
+                                        f"{reduce} {value}/{index}",
+                                        hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, prefilled),
+                                        (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, V[::1], numba.uint32[::1])))
         for reduce, code in reductions.CODES.items():
             for vec in (v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.SLAB_VECTOR_BYTES):
                 depth = slab.slab_depth(vec, np.dtype(value).itemsize)

@@ -144,7 +144,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     merge_size = block_groups * tile if merge else 1  # one partial row tile per group
     merge_rows_size = block_groups if merge else 1
     # float32 sums over 8 columns per lane: capped for occupancy (launch.HP_MAX_REGISTERS)
-    capped = reduce_code == reductions.SUM and value_type == numba.float32 and width == 8
+    # (not in the single launch: its grids are small, and the cap would spill its extra state)
+    capped = reduce_code == reductions.SUM and value_type == numba.float32 and width == 8 and prefilled
     options = {"max_registers": launch.HP_MAX_REGISTERS} if capped and not config.ENABLE_CUDASIM else {}
 
     @cuda.jit(device=True, inline="always")
@@ -249,18 +250,15 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
             partials[slot + v] = acc[v]
 
     @cuda.jit(device=True, inline="always")
-    def next_row(C, indptr, parts, arrivals, partials, partial_rows, acc, row, row_start, row_end, seg_start,
-                 block_start, block_nnz, bg, slot, j, glane, active):
-        """Finish the group's row (store it, combine it atomically or across blocks, or leave it
-        for the block merge), reset ``acc`` and move to the next non-empty row: its (row,
-        start, end)."""
-        if merge and row_start < seg_start and bg > 0:
-            partial_rows[bg] = row  # group bg - 1 holds this row too
+    def next_row(C, indptr, partials, partial_rows, acc, row, row_start, row_end, seg_start, bg, slot, j, active):
+        """Finish the group's row (store it, combine it atomically, or leave it for the block
+        merge), reset ``acc`` and move to the next non-empty row: its (row, start, end)."""
+        if merge and row_start < seg_start and (bg > 0 or not prefilled):
+            partial_rows[bg] = row  # group bg - 1 (or, for group 0, an earlier block) holds this row too
             if active:
                 leave_partial(partials, slot, acc)
-        elif active:  # the row ends in this group
-            finish_row(C, parts, arrivals, row, row_start, row_end, seg_start, row_end, block_start, block_nnz, j,
-                       glane, acc)
+        elif active:
+            flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
         row += 1
         while indptr[row + 1] == row_end:  # skip empty rows (pre-filled, or zeroed here)
             if not prefilled and active:
@@ -319,18 +317,16 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                 if depth == 1:  # entry by entry, all groups of the warp in step
                     for kk in range(count):
                         if chunk + kk >= row_end:
-                            row, row_start, row_end = next_row(C, indptr, parts, arrivals, partials, partial_rows, acc,
-                                                               row, row_start, row_end, seg_start, block_start,
-                                                               block_nnz, bg, slot, j, glane, active)
+                            row, row_start, row_end = next_row(C, indptr, partials, partial_rows, acc, row,
+                                                               row_start, row_end, seg_start, bg, slot, j, active)
                         if active:
                             add_entry(acc, cached_val[base + kk], B, cached_col[base + kk], j, n)
                 else:  # runs of entries in one row, depth entries' B rows loaded before use
                     kk = 0
                     while kk < count:
                         if chunk + kk >= row_end:
-                            row, row_start, row_end = next_row(C, indptr, parts, arrivals, partials, partial_rows, acc,
-                                                               row, row_start, row_end, seg_start, block_start,
-                                                               block_nnz, bg, slot, j, glane, active)
+                            row, row_start, row_end = next_row(C, indptr, partials, partial_rows, acc, row,
+                                                               row_start, row_end, seg_start, bg, slot, j, active)
                         stop = min(count, row_end - chunk)  # entries kk..stop-1 lie in this row
                         if active:
                             while kk + depth <= stop:
@@ -344,30 +340,39 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                                 kk += 1
                         kk = stop
                 syncwarp_lanes(mask)  # the next chunk overwrites the cache
-            if merge and row_start < seg_start and bg > 0:
+            if merge and row_start < seg_start and (bg > 0 or not prefilled):
                 partial_rows[bg] = row
                 if active:
                     leave_partial(partials, slot, acc)
             elif merge and row_end > seg_end:
                 gather = True  # the row goes on in the next group
             elif active:
-                finish_row(C, parts, arrivals, row, row_start, row_end, seg_start, seg_end, block_start, block_nnz, j,
-                           glane, acc)
+                flush(C, row, j, acc, row_end - row_start, row_start >= seg_start and row_end <= seg_end)
             if not prefilled and active and seg_end == nnz:
                 for r in range(row + 1, C.shape[0]):  # empty rows after the last entry
                     zero_row(C, r, j)
         if merge:
             syncblock()  # every partial is in shared memory
-            if gather:
-                h = bg + 1
-                while h < block_groups and partial_rows[h] == row:
-                    if active:
+            h = bg + 1
+            for task in range(1 if prefilled else 2):  # this group's last row, then the block's first
+                if task == 1:  # (not pre-filled) group 0 finishes the row begun in an earlier block
+                    gather = bg == 0 and partial_rows[0] >= 0
+                    if gather:
+                        row = partial_rows[0]
+                        row_start = indptr[row]
+                        row_end = indptr[row + 1]
+                        h = 0
                         for v in range(width):
-                            acc[v] = combine(reduce_code, acc[v], partials[h * tile + glane * width + v])
-                    h += 1
-                if active:
-                    finish_row(C, parts, arrivals, row, row_start, row_end, block_start, block_end, block_start,
-                               block_nnz, j, glane, acc)
+                            acc[v] = init
+                if gather:
+                    while h < block_groups and partial_rows[h] == row:
+                        if active:
+                            for v in range(width):
+                                acc[v] = combine(reduce_code, acc[v], partials[h * tile + glane * width + v])
+                        h += 1
+                    if active:
+                        finish_row(C, parts, arrivals, row, row_start, row_end, block_start, block_end, block_start,
+                                   block_nnz, j, glane, acc)
 
     return spmm_hp
 
@@ -425,11 +430,11 @@ def _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill):
     groups_per_warp = WARP // lanes
     if nnz_per_group is None:
         nnz_per_group = launch.hp_nnz_per_warp(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
-    if prefill is None:
-        prefill = not launch.hp_single_launch(empty_rows_per_group(A, nnz_per_group))
-    kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str, depth, bool(prefill))
     block_groups = launch.HP_WARPS_PER_BLOCK * groups_per_warp
     grid = (launch.cdiv(launch.cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
+    if prefill is None:
+        prefill = not launch.hp_single_launch(grid[0] * grid[1], empty_rows_per_group(A, nnz_per_group))
+    kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str, depth, bool(prefill))
     fill_rows = prefill_rows(A, block_groups * nnz_per_group) if prefill and merges_in_block(code) else None
     dummy = (cuda.device_array(1, C.dtype), cuda.device_array(1, np.uint32))  # scratch a pre-filled C needs not
     return HPPlan(kernel, grid, nnz_per_group, segment_rows(A, nnz_per_group), bool(prefill), fill_rows, lanes,
@@ -449,10 +454,10 @@ def _scratch(A, key, plan, n, dtype, stream):
 
 
 def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, prefill=None):
-    """Launch HP-SpMM.  With ``prefill`` (the default where some lane group would have more than
-    launch.HP_MAX_ZEROED_ROWS empty rows to zero, :func:`launch.hp_single_launch`) C is
-    pre-filled first (for sum and mean a memset, their identity being 0; for max and min only
-    the rows :func:`prefill_rows` lists), else the kernel alone writes all of C.
+    """Launch HP-SpMM.  With ``prefill`` (the default except on small grids,
+    :func:`launch.hp_single_launch`) C is pre-filled first (for sum and mean a memset, their
+    identity being 0; for max and min only the rows :func:`prefill_rows` lists), else the
+    kernel alone writes all of C.
     ``nnz_per_group`` defaults to Dynamic Task Partition's choice for this graph and GPU,
     ``lanes`` to :func:`launch.hp_lane_layout`'s (:func:`spmm_hp_layout`)."""
     m, n = C.shape

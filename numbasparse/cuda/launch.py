@@ -70,16 +70,23 @@ def hp_gather_depth(nnz, nonempty_rows, width):
     return HP_GATHER_DEPTH if long_rows and width <= HP_GATHER_MAX_WIDTH else 1
 
 
-#: HP-SpMM writes all of C in its one launch (no memset or fill first) unless some lane group
-#: would zero more than this many empty rows, one after another (:func:`hp_single_launch`).
+#: The single-launch HP-SpMM (:func:`hp_single_launch`) is used only where no lane group would
+#: zero more than this many empty rows, one after another.
 HP_MAX_ZEROED_ROWS = 32
 
 
-def hp_single_launch(empty_rows_per_group):
-    """True where HP-SpMM runs as one GPU operation: the kernel zeroes empty rows itself and
-    combines rows crossing blocks without a pre-filled C (``hp.spmm_hp_kernel``, prefilled
-    False); ``empty_rows_per_group`` is the most one lane group must zero."""
-    return empty_rows_per_group <= HP_MAX_ZEROED_ROWS
+def hp_single_launch(blocks, empty_rows_per_group):
+    """True where HP-SpMM runs as one GPU operation (``hp.spmm_hp_kernel``, prefilled False: the
+    kernel zeroes empty rows itself and combines rows crossing blocks without a pre-filled C):
+    on grids of ``blocks`` thread blocks (all column tiles) below the HP_WAVES full waves that
+    DTP asks for, i.e. graphs too small to fill the GPU, where a call's time is mostly launch
+    overhead, and where no group has over HP_MAX_ZEROED_ROWS empty rows to zero.  H100,
+    tools/ab_hp.py --events (BENCHMARKS.md, session 11): one call by CUDA events 6-25 us faster
+    on Cora, Citeseer, PubMed and the default graph (sum and max, N = 32..256), the same on
+    PubMed at N >= 128 (2771 blocks); on R-MAT 16 (3552 blocks) sums were 9-14 us slower: the
+    kernel itself takes 0.6-1.0x the time of memset + kernel (the block merge, the last-arriver
+    fences and up to 40 more registers), which only a short call's launch saving outweighs."""
+    return blocks < HP_WAVES * hp_full_wave() and empty_rows_per_group <= HP_MAX_ZEROED_ROWS
 
 
 #: Fewest and most lanes per HP-SpMM lane group: narrow groups give a warp several nonzeros
@@ -171,14 +178,17 @@ def blocks_per_sm(threads_per_block, registers_per_thread):
     return max(1, min(by_threads, by_registers, 32))
 
 
+def hp_full_wave(registers_per_thread=64):
+    """Thread blocks of an HP kernel that the GPU runs at once (SMs x blocks per SM)."""
+    return device_limits()[0] * blocks_per_sm(HP_WARPS_PER_BLOCK * WARP_SIZE, registers_per_thread)
+
+
 def hp_nnz_per_warp(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1):
     """Dynamic Task Partition (paper 000, Eq. 4-5): the largest candidate nonzeros per warp
     (per lane group when a warp holds ``groups_per_warp`` of them) that still launches
     HP_WAVES full waves of blocks on this GPU, so that small and sampled graphs fill every
     SM; the smallest candidate when even that cannot."""
-    sms = device_limits()[0]
-    threads = HP_WARPS_PER_BLOCK * WARP_SIZE
-    full_wave = sms * blocks_per_sm(threads, registers_per_thread)
+    full_wave = hp_full_wave(registers_per_thread)
     for candidate in HP_NNZ_PER_WARP:
         if cdiv(nnz, candidate * HP_WARPS_PER_BLOCK * groups_per_warp) * n_tiles >= HP_WAVES * full_wave:
             return candidate

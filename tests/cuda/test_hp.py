@@ -201,10 +201,12 @@ def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, mon
     assert not arrivals.copy_to_host().any()
 
 
-def test_single_launch_rule_counts_the_empty_rows_a_group_zeroes():
+def test_single_launch_rule_takes_small_grids_with_few_empty_rows_per_group():
     indptr = np.array([0, 0, 0, 4, 4, 9, 9, 9, 9, 12, 12])  # empty rows at 0, 0, 4, 9, 9, 9, 12
     A = CSR.from_scipy(sp.csr_matrix((np.ones(12), np.arange(12) % 5, indptr), shape=(10, 5)))
     assert hp.empty_rows_per_group(A, 4) == 4  # groups [0,4) [4,8) [8,12): 2, 1, 3 + 1 after the end
     assert hp.empty_rows_per_group(A, 100) == 7
-    assert launch.hp_single_launch(launch.HP_MAX_ZEROED_ROWS)
-    assert not launch.hp_single_launch(launch.HP_MAX_ZEROED_ROWS + 1)
+    small_grid = launch.HP_WAVES * launch.hp_full_wave() - 1
+    assert launch.hp_single_launch(small_grid, launch.HP_MAX_ZEROED_ROWS)
+    assert not launch.hp_single_launch(small_grid, launch.HP_MAX_ZEROED_ROWS + 1)
+    assert not launch.hp_single_launch(small_grid + 1, 0)  # a grid DTP fills: memset + kernel
