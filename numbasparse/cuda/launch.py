@@ -73,20 +73,24 @@ def hp_gather_depth(nnz, nonempty_rows, width):
 #: The single-launch HP-SpMM (:func:`hp_single_launch`) is used only where no lane group would
 #: zero more than this many empty rows, one after another.
 HP_MAX_ZEROED_ROWS = 32
+#: Registers per thread of the single-launch HP-SpMM kernels, for their occupancy (56-127 in
+#: tools/kernel_report.py; 64-92 for float32 sums, 24-40 more than the pre-filled kernels).
+HP_SINGLE_LAUNCH_REGISTERS = 96
 
 
 def hp_single_launch(blocks, empty_rows_per_group):
     """True where HP-SpMM runs as one GPU operation (``hp.spmm_hp_kernel``, prefilled False: the
     kernel zeroes empty rows itself and combines rows crossing blocks without a pre-filled C):
-    on grids of ``blocks`` thread blocks (all column tiles) below the HP_WAVES full waves that
-    DTP asks for, i.e. graphs too small to fill the GPU, where a call's time is mostly launch
-    overhead, and where no group has over HP_MAX_ZEROED_ROWS empty rows to zero.  H100,
-    tools/ab_hp.py --events (BENCHMARKS.md, session 11): one call by CUDA events 6-25 us faster
-    on Cora, Citeseer, PubMed and the default graph (sum and max, N = 32..256), the same on
-    PubMed at N >= 128 (2771 blocks); on R-MAT 16 (3552 blocks) sums were 9-14 us slower: the
-    kernel itself takes 0.6-1.0x the time of memset + kernel (the block merge, the last-arriver
-    fences and up to 40 more registers), which only a short call's launch saving outweighs."""
-    return blocks < HP_WAVES * hp_full_wave() and empty_rows_per_group <= HP_MAX_ZEROED_ROWS
+    where all ``blocks`` thread blocks (every column tile) run at once at the single-launch
+    kernel's occupancy, and no group has over HP_MAX_ZEROED_ROWS empty rows to zero.  H100,
+    tools/ab_hp.py --events (BENCHMARKS.md, session 11), against memset (or fill) + kernel: one
+    call by CUDA events 4-31 us faster on such grids (Cora, Citeseer, the default graph at
+    N = 32 and 64; sum and max), though the kernel alone takes 0.56-1.09x the time of memset +
+    kernel (the block merge, the last-arriver fence and atomic, more registers).  On larger
+    grids that cost grows (default graph at N = 256, 1828 blocks: 22 us against 16 us) until the
+    call loses too (R-MAT 16, 3552 blocks: sums 9-14 us slower)."""
+    full_wave = hp_full_wave(HP_SINGLE_LAUNCH_REGISTERS)
+    return blocks <= full_wave and empty_rows_per_group <= HP_MAX_ZEROED_ROWS
 
 
 #: Fewest and most lanes per HP-SpMM lane group: narrow groups give a warp several nonzeros

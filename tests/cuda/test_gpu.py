@@ -123,16 +123,17 @@ def _sass(kernel):
 def test_hp_kernel_uses_16_byte_loads_of_B():
     """Hierarchical vectorized memory access: N=128 float32 rows are read with LDG.128, by the
     rule's layout (no spill) and by a forced 16-lane layout of two vectors per lane, whose
-    register cap (launch.HP_MAX_REGISTERS) costs it one 8-byte spill, no more."""
+    register cap (launch.HP_MAX_REGISTERS) costs it one 8-byte spill, no more; in both launch
+    modes (the single launch has no cap and no spill)."""
     from numbasparse.cuda import hp
 
     A = ns.CSR.from_scipy(graphs.rmat(8, 4))
     B = cuda.to_device(np.ones((A.shape[1], 128), np.float32))
     C = cuda.device_array((A.shape[0], 128), np.float32)
-    for lanes, spills in ((None, 0), (16, 2)):
-        hp.spmm_hp(A, B, C, "sum", lanes=lanes)
+    for lanes, prefill, spills in ((None, True, 0), (16, True, 2), (None, False, 0), (16, False, 0)):
+        hp.spmm_hp(A, B, C, "sum", lanes=lanes, prefill=prefill)
         lanes, vec, cf, depth = hp.spmm_hp_layout(A, 128, 4, B, lanes)
-        sass = _sass(hp.spmm_hp_kernel(0, lanes, vec, cf, "<f4", "<i4", depth))
+        sass = _sass(hp.spmm_hp_kernel(0, lanes, vec, cf, "<f4", "<i4", depth, prefill))
         assert "LDG.E.128" in sass
         assert sass.count("STL") <= spills
 
@@ -163,7 +164,8 @@ def test_torch_operands_compile_for_contiguous_arrays_and_take_the_fast_launch()
     C = ns.spmm(A, B, algorithm="hp")  # the second call goes through the fast launch
     assert_close(C.cpu().numpy(), spmm_reference(A.to_scipy(), B.cpu().numpy()), np.float32)
     lanes, vec, cf, depth = hp.spmm_hp_layout(A, 32, 4, DeviceView.of_torch(B))
-    kernel = hp.spmm_hp_kernel(reductions.SUM, lanes, vec, cf, "<f4", "<i4", depth)
+    (plan,) = (v for v in A._derived.values() if isinstance(v, hp.HPPlan))  # the launch mode the rule chose
+    kernel = hp.spmm_hp_kernel(reductions.SUM, lanes, vec, cf, "<f4", "<i4", depth, plan.prefilled)
     layouts = {getattr(t, "layout", "C") for signature in kernel.overloads for t in signature}
     assert layouts == {"C"}
     assert kernel in launch._fast_launch

@@ -206,7 +206,7 @@ def test_single_launch_rule_takes_small_grids_with_few_empty_rows_per_group():
     A = CSR.from_scipy(sp.csr_matrix((np.ones(12), np.arange(12) % 5, indptr), shape=(10, 5)))
     assert hp.empty_rows_per_group(A, 4) == 4  # groups [0,4) [4,8) [8,12): 2, 1, 3 + 1 after the end
     assert hp.empty_rows_per_group(A, 100) == 7
-    small_grid = launch.HP_WAVES * launch.hp_full_wave() - 1
+    small_grid = launch.hp_full_wave(launch.HP_SINGLE_LAUNCH_REGISTERS)
     assert launch.hp_single_launch(small_grid, launch.HP_MAX_ZEROED_ROWS)
     assert not launch.hp_single_launch(small_grid, launch.HP_MAX_ZEROED_ROWS + 1)
-    assert not launch.hp_single_launch(small_grid + 1, 0)  # a grid DTP fills: memset + kernel
+    assert not launch.hp_single_launch(small_grid + 1, 0)  # more than one wave: memset + kernel
