@@ -73,8 +73,9 @@ def hp_gather_depth(nnz, nonempty_rows, width):
 #: The single-launch HP-SpMM (:func:`hp_single_launch`) is used only where no lane group would
 #: zero more than this many empty rows, one after another.
 HP_MAX_ZEROED_ROWS = 32
-#: Registers per thread of the single-launch HP-SpMM kernels, for their occupancy (56-127 in
-#: tools/kernel_report.py; 64-92 for float32 sums, 24-40 more than the pre-filled kernels).
+#: Registers per thread assumed for the single-launch HP-SpMM kernels' occupancy: they use
+#: 54-139 (tools/kernel_report.py; 76 for float32 sums with 4-column lanes), 1-62 more than the
+#: pre-filled kernels.
 HP_SINGLE_LAUNCH_REGISTERS = 96
 
 
