@@ -3,9 +3,10 @@
 # Usage on the device machine (after the numpy prefix from ../shared/tools/device-wheels.sh):
 #   [SKIP_TESTS=1] [SKIP_DEMO=1] [TESTS="pytest args"] bash tools/device_check.sh [BENCH ARGS...]
 # The whole GPU suite takes more than 5 minutes: within one call's 10-minute limit, split it over two
-# calls. Session 10's split: TESTS="tests/cuda/test_slab.py tests/test_api.py tests/cuda/test_gpu.py
-# tests/cuda/test_launch.py tests/cuda/test_hp.py tests/cuda/test_crc.py" (231 tests, 252 s) and
-# the rest, TESTS="tests --ignore=..." with those six files (178 tests, 95 s).
+# calls: TESTS="tests/cuda/test_slab.py tests/test_api.py tests/cuda/test_gpu.py
+# tests/cuda/test_launch.py tests/cuda/test_hp.py tests/cuda/test_crc.py" (session 11: 242 tests,
+# 386 s; both HP launch modes now compile) and the rest, TESTS="tests --ignore=..." with those six
+# files (180 tests, 139 s).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
