@@ -66,6 +66,13 @@ def zero_fill_kernel(value_dtype):
     return zero_fill
 
 
+def fill_zeros(C, stream):
+    """``C[:, :] = 0`` in ``stream``: the driver's memset, or :func:`zero_fill_kernel` where
+    that is unavailable (the simulator)."""
+    if not launch.zero(C, stream):
+        launch.run(zero_fill_kernel(C.dtype.str), *_fill_grid(C.shape[0] * C.shape[1]), stream, C)
+
+
 @functools.lru_cache(maxsize=None)
 def fill_rows_kernel(value_dtype, index_dtype):
     """``C[i, :] = empty`` for the rows i listed in ``rows`` that have no entries, ``nonempty``
@@ -420,7 +427,8 @@ def empty_rows_per_group(A, nnz_per_group):
     return A._derived[key]
 
 
-HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows prefilled fill_rows lanes dummy")
+HPPlan = collections.namedtuple("HPPlan",
+                                "kernel grid nnz_per_group group_rows prefilled fill_rows lanes unused_scratch")
 
 
 def _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill):
@@ -436,9 +444,10 @@ def _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill):
         prefill = not launch.hp_single_launch(grid[0] * grid[1], empty_rows_per_group(A, nnz_per_group))
     kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str, depth, bool(prefill))
     fill_rows = prefill_rows(A, block_groups * nnz_per_group) if prefill and merges_in_block(code) else None
-    dummy = (cuda.device_array(1, C.dtype), cuda.device_array(1, np.uint32))  # scratch a pre-filled C needs not
+    # the pre-filled kernel takes (and never reads) the single launch's scratch arguments
+    unused = (cuda.device_array(1, C.dtype), cuda.device_array(1, np.uint32)) if prefill else None
     return HPPlan(kernel, grid, nnz_per_group, segment_rows(A, nnz_per_group), bool(prefill), fill_rows, lanes,
-                  dummy)
+                  unused)
 
 
 def _scratch(A, key, plan, n, dtype, stream):
@@ -464,8 +473,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, prefil
     if m == 0 or n == 0:
         return
     if A.nnz == 0:  # every row empty: 0 for every reduction
-        if not launch.zero(C, stream):
-            launch.run(zero_fill_kernel(C.dtype.str), *_fill_grid(m * n), stream, C)
+        fill_zeros(C, stream)
         return
     code = reductions.CODES[reduce]
     key = ("spmm_hp", code, n, C.dtype.str, launch.alignment(B), nnz_per_group, lanes, prefill)
@@ -473,13 +481,13 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, prefil
     if plan is None:
         plan = A._derived[key] = _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill)
     if plan.prefilled:
-        parts, arrivals = plan.dummy
+        parts, arrivals = plan.unused_scratch
         if plan.fill_rows is not None:
             launch.run(fill_rows_kernel(C.dtype.str, plan.fill_rows.dtype.str),
                        *_fill_grid(plan.fill_rows.shape[0] * n), stream, plan.fill_rows, A.indptr, C, 0.0,
                        reductions.initial(code))
-        elif not merges_in_block(code) and not launch.zero(C, stream):
-            launch.run(zero_fill_kernel(C.dtype.str), *_fill_grid(m * n), stream, C)
+        elif not merges_in_block(code):
+            fill_zeros(C, stream)
     else:
         handle, (parts, arrivals) = _scratch(A, key, plan, n, C.dtype, stream)
         key = key + (handle,)  # the bound launch holds this stream's scratch

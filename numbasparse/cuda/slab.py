@@ -31,7 +31,7 @@ from numba import cuda
 from numba.cuda import config
 
 from . import launch, reductions
-from .hp import _fill_grid, fill_rows_kernel, zero_fill_kernel
+from .hp import _fill_grid, fill_rows_kernel, fill_zeros
 from .intrinsics import atomic_max_float, atomic_min_float, shfl_idx, syncwarp, vector_load, vector_red_add
 
 WARP = launch.WARP_SIZE
@@ -382,8 +382,8 @@ def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None
         rows = _all_rows(A)
         launch.run(fill_rows_kernel(C.dtype.str, rows.dtype.str), *_fill_grid(m * n), stream,
                    rows, A.indptr, C, 0.0, reductions.initial(code))
-    elif not launch.zero(C, stream):  # (max and min with no entries: all rows 0)
-        launch.run(zero_fill_kernel(C.dtype.str), *_fill_grid(m * n), stream, C)
+    else:  # (max and min with no entries: all rows 0)
+        fill_zeros(C, stream)
     if A.nnz == 0:
         return
     settings = (SLAB_WARPS, SLAB_MAX_SEGMENT, SLAB_VECTOR_RED, SLAB_COLUMN_FIRST, SLAB_L1_BYTES, SLAB_WAVES,
