@@ -13,7 +13,7 @@ import numpy as np
 
 from .csr import check_value_dtype
 from .cuda.intrinsics import MAX_ROW_BYTES
-from .cuda.launch import abi_of
+from .cuda.launch import MAX_ALIGNMENT, abi_of
 
 
 class DeviceView:
@@ -90,6 +90,7 @@ def _c_layout(shape, itemsize):
 
 
 _TORCH_DTYPES = {}  # torch dtype -> NumPy dtype, filled when torch is first seen
+_TORCH_TENSOR = []  # [torch.Tensor], from then on
 
 
 def _torch_dtypes():
@@ -97,7 +98,17 @@ def _torch_dtypes():
         import torch
 
         _TORCH_DTYPES.update({torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)})
+        _TORCH_TENSOR.append(torch.Tensor)
     return _TORCH_DTYPES
+
+
+def torch_signature(x):
+    """(shape, dtype, device index, address modulo MAX_ALIGNMENT) of a C-contiguous CUDA
+    ``torch.Tensor`` once torch has been seen (:func:`dense`), else None: what a replayed call
+    (:class:`launch.Replay`) needs to be unchanged about an operand."""
+    if not _TORCH_TENSOR or type(x) is not _TORCH_TENSOR[0] or not x.is_cuda or not x.is_contiguous():
+        return None
+    return x.shape, x.dtype, x.get_device(), x.data_ptr() % MAX_ALIGNMENT
 
 
 @dataclass
@@ -187,21 +198,23 @@ def same_place(*operands):
 _external_streams = {}
 
 
-def _torch_stream_handle(device):
-    """The raw handle of torch's current stream on ``device`` (the public API builds a
-    Stream object each time; the raw getter, when torch has it, is several times cheaper)."""
+def torch_stream_handle(device):
+    """The raw handle of torch's current stream on ``device`` (a torch.device or an index; the
+    public API builds a Stream object each time; the raw getter, when torch has it, is several
+    times cheaper)."""
     import torch
 
+    index = device if isinstance(device, int) else device.index
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None and device.index is not None:
-        return raw(device.index)
+    if raw is not None and index is not None:
+        return raw(index)
     return torch.cuda.current_stream(device).cuda_stream
 
 
 def stream_of(op):
     """The Numba stream to launch on so that work is ordered after ``op``'s producer."""
     if op.framework == "torch":
-        handle = _torch_stream_handle(op.original.device)
+        handle = torch_stream_handle(op.original.device)
     elif op.framework == "cupy":
         import cupy
 

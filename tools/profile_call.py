@@ -44,14 +44,21 @@ rows = {
     "  arrays.dense(B)": lambda: arrays.dense(Bt, "B", 2),
     "  dispatch.resolve": lambda: dispatch.resolve("spmm", "hp", "auto", True, N, csr.nnz, "sum"),
     "  arrays.empty_like_framework": lambda: arrays.empty_like_framework(Bd, (A.shape[0], N), np.float32),
+    "    B.new_empty(shape)": lambda: Bt.new_empty((A.shape[0], N)),
+    "    DeviceView.of_torch(C)": lambda: arrays.DeviceView.of_torch(Ct),
     "  arrays.stream_of": lambda: arrays.stream_of(Bd),
     "  launch.zero(C)": lambda: launch.zero(Cv, stream),
     "  hp.spmm_hp(views)": lambda: hp.spmm_hp(csr, Bv, Cv, "sum", stream=stream),
     "hp launcher, numba arrays": lambda: hp.spmm_hp(csr, Bn, Cn, "sum"),
     "ns.spmm numba arrays + out": lambda: ns.spmm(csr, Bn, out=Cn, algorithm="hp"),
     "ns.spmm torch + out": lambda: ns.spmm(csr, Bt, out=Ct, algorithm="hp"),
-    "ns.spmm torch": lambda: ns.spmm(csr, Bt, algorithm="hp"),
-    "ns.sddmm torch": lambda: ns.sddmm(csr, Xt, Xt),
+    "ns.spmm torch (replayed)": lambda: ns.spmm(csr, Bt, algorithm="hp"),
+    "ns.spmm torch, full path": lambda: (csr._bound.pop("replays", None), ns.spmm(csr, Bt, algorithm="hp")),
+    "  B.new_empty + 2 data_ptr": lambda: (Bt.new_empty((A.shape[0], N)).data_ptr(), Bt.data_ptr()),
+    "  arrays.torch_signature(B)": lambda: arrays.torch_signature(Bt),
+    "  arrays.torch_stream_handle(0)": lambda: arrays.torch_stream_handle(0),
+    "ns.sddmm torch (replayed)": lambda: ns.sddmm(csr, Xt, Xt),
+    "ns.sddmm torch, full path": lambda: (csr._bound.pop("replays", None), ns.sddmm(csr, Xt, Xt)),
     "torch.sparse.sampled_addmm": lambda: torch_sddmm(Xt, Xt),
     "cuda.as_cuda_array(torch)": lambda: cuda.as_cuda_array(Bt, sync=False),
     "torch __cuda_array_interface__": lambda: Bt.__cuda_array_interface__,
@@ -79,7 +86,7 @@ prof = cProfile.Profile()
 for _ in range(300):
     torch.cuda.synchronize()
     prof.enable()
-    ns.spmm(csr, Bt, algorithm="hp")
+    ns.spmm(csr, Bt, algorithm="hp")  # replayed
     prof.disable()
 pstats.Stats(prof).sort_stats("tottime").print_stats(30)
 from numbasparse.cuda import launch as _launch  # noqa: E402

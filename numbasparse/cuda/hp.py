@@ -483,9 +483,10 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, prefil
     if plan.prefilled:
         parts, arrivals = plan.unused_scratch
         if plan.fill_rows is not None:
-            launch.run(fill_rows_kernel(C.dtype.str, plan.fill_rows.dtype.str),
-                       *_fill_grid(plan.fill_rows.shape[0] * n), stream, plan.fill_rows, A.indptr, C, 0.0,
-                       reductions.initial(code))
+            grid, block = _fill_grid(plan.fill_rows.shape[0] * n)
+            launch.run_bound(A._bound, key + ("fill_rows",), fill_rows_kernel(C.dtype.str, plan.fill_rows.dtype.str),
+                             grid, block, stream, (plan.fill_rows, A.indptr, C, 0.0, reductions.initial(code)),
+                             (2,))
         elif not merges_in_block(code):
             fill_zeros(C, stream)
     else:

@@ -1,5 +1,7 @@
 """Launch-configuration rules shared by the CUDA kernels: one place for each number."""
+import contextlib
 import functools
+import threading
 import weakref
 
 import numpy as np
@@ -221,6 +223,9 @@ FAST_LAUNCH_FAILURES = 3
 
 def run(kernel, grid, block, stream, *args):
     """Launch the Numba dispatcher ``kernel`` on ``grid`` x ``block`` threads in ``stream``."""
+    recording = getattr(_recording, "current", None)
+    if recording is not None:  # (a call that launches through run() is not replayed)
+        recording.add_launch(None, ())
     entry = _fast_launch.get(kernel)
     if entry is not None and entry.launch(grid, block, stream, args):
         return
@@ -304,16 +309,16 @@ class _FastLaunch:
             return False
         with self.lock:
             self.slots[:] = values
-            return self.call(self.params_address, _dim3(grid), _dim3(block), stream)
+            return self.call(self.params_address, _dim3(grid), _dim3(block), stream_handle(stream))
 
-    def call(self, params_address, grid, block, stream):
+    def call(self, params_address, grid, block, handle):
         """cuLaunchKernel with the parameters at ``params_address`` on ``grid`` x ``block``
-        (3-tuples); False after a driver error (nothing was launched: the caller then launches
+        (3-tuples) in the stream of driver handle ``handle``; False after a driver error (nothing was launched: the caller then launches
         through Numba, which sets up what was missing, e.g. a context on a new thread, or
         raises).  After FAST_LAUNCH_FAILURES errors in a row the fast path is off for good."""
         gx, gy, gz = grid
         bx, by, bz = block
-        (err,) = _driver()[0](self.function, gx, gy, gz, bx, by, bz, 0, stream_handle(stream), params_address, 0)
+        (err,) = _driver()[0](self.function, gx, gy, gz, bx, by, bz, 0, handle, params_address, 0)
         if err:
             self.failures += 1
             self.enabled = self.failures < FAST_LAUNCH_FAILURES
@@ -358,7 +363,16 @@ class BoundLaunch:
                 self.slots[slot] = abi[1][4]
             if not self.fast.enabled:
                 return False
-            return self.fast.call(self.params_address, self.grid, self.block, stream) or None
+            return self.fast.call(self.params_address, self.grid, self.block, stream_handle(stream)) or None
+
+    def replay(self, pointers, handle):
+        """Launch with the ``variable`` arguments' data pointers taken from ``pointers`` (one
+        per variable argument, no check: :class:`Replay` has checked the call's operands) in
+        the stream of driver handle ``handle``.  True when launched."""
+        with self.lock:
+            for (slot, _, _), pointer in zip(self.variable, pointers):
+                self.slots[slot] = pointer
+            return self.fast.enabled and self.fast.call(self.params_address, self.grid, self.block, handle)
 
 
 def _parameter_buffer(values):
@@ -381,6 +395,9 @@ def run_bound(cache, key, kernel, grid, block, stream, args, variable):
     ``variable``: the indices of the arguments that change from call to call."""
     bound = cache.get(key)
     launched = bound(stream, *[args[i] for i in variable]) if bound is not None else False
+    recording = getattr(_recording, "current", None)
+    if recording is not None:
+        recording.add_launch(bound if launched else None, [args[i] for i in variable])
     if launched:
         return
     if launched is None:  # the driver refused: one error counted, Numba's launch sets up or raises
@@ -480,7 +497,98 @@ def zero(array, stream=0):
     driver = _driver()
     if not pointer or driver is None:
         return False
-    (err,) = driver[1](pointer, 0, array.size * array.dtype.itemsize, stream_handle(stream))
+    n_bytes = array.size * array.dtype.itemsize
+    (err,) = driver[1](pointer, 0, n_bytes, stream_handle(stream))
     if err:
         raise RuntimeError(f"cuMemsetD8Async failed with CUDA error {err}")
+    recording = getattr(_recording, "current", None)
+    if recording is not None:
+        recording.add_zero(array, n_bytes)
     return True
+
+
+# Replaying a call ----------------------------------------------------------------------------
+#
+# A public call on device operands spends most of its host time choosing what to launch:
+# validation, dispatch, plans, keys.  For a call repeated on operands of one signature (the same
+# matrix, shapes, dtypes, device and stream), :func:`recording` captures the GPU operations the
+# call issued, and the :class:`Replay` issues them again with the new operands' data pointers.
+
+_recording = threading.local()
+
+
+@contextlib.contextmanager
+def recording(*operands):
+    """Capture the GPU operations issued inside the ``with`` block on ``operands`` (the
+    call's variable arrays, recognised by identity: B and C for SpMM).  The recording's
+    ``replay()`` is then a :class:`Replay`, or None when something issued cannot be replayed:
+    a launch through :func:`run` (unbound), a bound launch not yet bound (a call's first two
+    launches with a key), or an array that is not one of ``operands``."""
+    recording = Recording(operands)
+    previous = getattr(_recording, "current", None)
+    _recording.current = recording
+    try:
+        yield recording
+    finally:
+        _recording.current = previous
+
+
+class Recording:
+    """The steps of one call, as :func:`recording` captures them."""
+
+    def __init__(self, operands):
+        self.operands = operands
+        self.steps = []
+        self.replayable = True
+
+    def _roles(self, arrays):
+        roles = [next((i for i, op in enumerate(self.operands) if op is a), None) for a in arrays]
+        return None if None in roles else roles
+
+    def add_launch(self, bound, arrays):
+        roles = self._roles(arrays)
+        if bound is None or roles is None:
+            self.replayable = False
+        else:
+            self.steps.append((bound, roles))
+
+    def add_zero(self, array, n_bytes):
+        roles = self._roles([array])
+        if roles is None:
+            self.replayable = False
+        else:
+            self.steps.append((n_bytes, roles))
+
+    def replay(self):
+        if not self.replayable:
+            return None
+        alignments = tuple(_address(op) % MAX_ALIGNMENT for op in self.operands)
+        return Replay(tuple(self.steps), alignments)
+
+
+class Replay:
+    """A recorded call's GPU operations (bound launches and memsets), issued again by
+    ``replay(pointers, handle)`` on new operands: ``pointers`` their data pointers in the
+    recorded order, ``handle`` the driver handle of the stream.  The caller guarantees that the
+    operands have the recorded ones' shapes and dtypes; the replay checks their alignment
+    (which chose the vector width) and returns False, issuing nothing, when it differs.  It
+    also returns False when a launch's fast path has been turned off, having issued the steps
+    before it (which the caller's full call then issues again)."""
+
+    __slots__ = ("steps", "alignments")
+
+    def __init__(self, steps, alignments):
+        self.steps, self.alignments = steps, alignments
+
+    def __call__(self, pointers, handle):
+        for pointer, alignment in zip(pointers, self.alignments):
+            if pointer % MAX_ALIGNMENT != alignment:
+                return False
+        for step, roles in self.steps:
+            if isinstance(step, int):  # a memset of that many bytes
+                (err,) = _driver()[1](pointers[roles[0]], 0, step, handle)
+                if err:
+                    return False
+            elif not step.replay([pointers[r] for r in roles], handle):
+                return False
+        return True

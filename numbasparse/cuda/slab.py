@@ -380,8 +380,10 @@ def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None
     extremum = code in (reductions.MAX, reductions.MIN) and A.nnz > 0
     if extremum:
         rows = _all_rows(A)
-        launch.run(fill_rows_kernel(C.dtype.str, rows.dtype.str), *_fill_grid(m * n), stream,
-                   rows, A.indptr, C, 0.0, reductions.initial(code))
+        grid, block = _fill_grid(m * n)
+        launch.run_bound(A._bound, ("slab_fill_rows", code, n, C.dtype.str),
+                         fill_rows_kernel(C.dtype.str, rows.dtype.str), grid, block, stream,
+                         (rows, A.indptr, C, 0.0, reductions.initial(code)), (2,))
     else:  # (max and min with no entries: all rows 0)
         fill_zeros(C, stream)
     if A.nnz == 0:

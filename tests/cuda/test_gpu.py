@@ -170,3 +170,67 @@ def test_torch_operands_compile_for_contiguous_arrays_and_take_the_fast_launch()
     assert layouts == {"C"}
     assert kernel in launch._fast_launch
 
+
+
+def _freed_nan_block(torch, shape):
+    """Leave a NaN-filled block of ``shape`` in torch's caching allocator, for the next
+    allocation of that size (a poisoned output for a call that allocates its own)."""
+    poison = torch.full(shape, float("nan"), device="cuda")
+    del poison
+
+
+@pytest.mark.parametrize("graph, n, reduce, algorithm", [
+    (graphs.rmat(8, 8), 32, "sum", "auto"),     # HP in one launch (a one-wave grid)
+    (graphs.rmat(8, 8), 64, "max", "auto"),
+    (graphs.rmat(15, 16), 32, "sum", "auto"),   # HP after a memset
+    (graphs.rmat(15, 16), 64, "max", "hp"),     # HP after the fill of the crossing rows
+    (graphs.rmat(15, 16), 70, "min", "slab"),   # fill of every row, then the slab kernel
+], ids=["single-sum", "single-max", "memset-sum", "fill-max", "slab-min"])
+def test_repeated_torch_calls_are_replayed_with_fresh_operands(monkeypatch, graph, n, reduce, algorithm):
+    torch = pytest.importorskip("torch")
+    A = ns.CSR.from_scipy(graph)
+    resolved = []
+    resolve = ns.dispatch.resolve
+    monkeypatch.setattr(ns.dispatch, "resolve", lambda *a, **k: resolved.append(a) or resolve(*a, **k))
+    for _ in range(6):
+        B = torch.randn(graph.shape[1], n, device="cuda")
+        _freed_nan_block(torch, (graph.shape[0], n))
+        C = ns.spmm(A, B, reduce=reduce, algorithm=algorithm)
+        assert_close(C.cpu().numpy(), spmm_reference(graph, B.cpu().numpy(), reduce), np.float32)
+    assert len(resolved) == 3  # calls 4-6 replayed the launches of call 3
+    assert len(A._bound["replays"]) == 1
+
+
+def test_a_replay_is_not_used_for_another_alignment_stream_or_dtype():
+    torch = pytest.importorskip("torch")
+    graph = graphs.rmat(10, 8)
+    A = ns.CSR.from_scipy(graph)
+    k, n = graph.shape[1], 36
+    flat = torch.randn(k * n + 1, device="cuda")
+    side = torch.cuda.Stream()
+    for _ in range(5):
+        for B in (flat[:-1].view(k, n), flat[1:].view(k, n)):  # 16-byte aligned and not
+            with torch.cuda.stream(side):
+                C_side = ns.spmm(A, B)
+            C = ns.spmm(A, B)
+            side.synchronize()
+            for result in (C, C_side):
+                assert_close(result.cpu().numpy(), spmm_reference(graph, B.cpu().numpy()), np.float32)
+    assert len(A._bound["replays"]) == 4  # one per stream and alignment of B
+    with pytest.raises(TypeError, match="float32 CSR"):
+        ns.spmm(A, torch.randn(k, n, device="cuda", dtype=torch.float64))
+    with pytest.raises(ValueError, match="columns"):
+        ns.spmm(A, torch.randn(k + 1, n, device="cuda"))
+
+
+def test_repeated_torch_sddmm_is_replayed():
+    torch = pytest.importorskip("torch")
+    graph = graphs.rmat(10, 8)
+    A = ns.CSR.from_scipy(graph)
+    for _ in range(6):
+        X = torch.randn(graph.shape[0], 40, device="cuda")
+        Y = torch.randn(graph.shape[1], 40, device="cuda")
+        _freed_nan_block(torch, (A.nnz,))
+        S = ns.sddmm(A, X, Y)
+        assert_close(S.cpu().numpy(), sddmm_reference(graph, X.cpu().numpy(), Y.cpu().numpy()), np.float32)
+    assert len(A._bound["replays"]) == 1

@@ -26,7 +26,11 @@ def driver(monkeypatch):
         calls.append((function, (gx, gy, gz), (bx, by, bz), stream, slots))
         return (0,)
 
-    monkeypatch.setattr(launch, "_driver", lambda: (cu_launch_kernel, None))
+    def cu_memset_d8_async(pointer, value, n_bytes, stream):
+        calls.append(("memset", pointer, value, n_bytes, stream))
+        return (0,)
+
+    monkeypatch.setattr(launch, "_driver", lambda: (cu_launch_kernel, cu_memset_d8_async))
     compiled = SimpleNamespace(
         _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle=1234)),
         argument_types=(types.Array(types.int32, 1, "C"), types.Array(types.float32, 2, "C"),
@@ -125,3 +129,56 @@ def test_a_driver_error_in_a_bound_launch_goes_to_numba_once(driver, monkeypatch
     launch.run_bound(cache, "k", kernel, 2, 32, 0, args, (1, 2))
     assert len(driver_calls) == 1 and driver.fast.failures == 1
     assert numba_launches == [((2, 32, 0), args)]
+
+
+def bound_kernel(driver, monkeypatch, args, variable=(1, 2)):
+    """A kernel with the stand-in fast launch and ``{"k": its bound launch}``."""
+    kernel = object()
+    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    return kernel, {"k": launch.bind(kernel, (7, 2), 64, args, variable)}
+
+
+def test_a_recorded_call_replays_its_memsets_and_launches_on_new_pointers(driver, monkeypatch):
+    idx, B, C = view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384)
+    kernel, cache = bound_kernel(driver, monkeypatch, (idx, B, C, 9, 1.0))
+    with launch.recording(B, C) as recorded:
+        launch.zero(C, 0)
+        launch.run_bound(cache, "k", kernel, (7, 2), 64, 0, (idx, B, C, 9, 1.0), (1, 2))
+    replay = recorded.replay()
+    issued = len(driver.calls)
+    assert replay((1 << 20, 1 << 21), 77)
+    memset, (function, grid, block, stream, slots) = driver.calls[issued:]
+    assert memset == ("memset", 1 << 21, 0, 48, 77)
+    assert (grid, block, stream) == ((7, 2, 1), (64, 1, 1), 77)
+    assert slots[7 + 4] == 1 << 20 and slots[16 + 4] == 1 << 21 and slots[4] == 4096
+
+
+def test_a_replay_refuses_operands_of_another_alignment(driver, monkeypatch):
+    """The vector width was chosen for the recorded operands' alignment."""
+    idx, B, C = view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384)
+    kernel, cache = bound_kernel(driver, monkeypatch, (idx, B, C, 9, 1.0))
+    with launch.recording(B, C) as recorded:
+        launch.run_bound(cache, "k", kernel, (7, 2), 64, 0, (idx, B, C, 9, 1.0), (1, 2))
+    issued = len(driver.calls)
+    assert not recorded.replay()((8192 + 4, 1 << 21), 0)
+    assert len(driver.calls) == issued
+
+
+@pytest.mark.parametrize("step", ["unbound launch", "first bound launch", "other array"])
+def test_a_call_with_a_step_it_cannot_replay_gives_no_replay(driver, monkeypatch, step):
+    idx, B, C = view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384)
+    kernel, cache = bound_kernel(driver, monkeypatch, (idx, B, C, 9, 1.0))
+    with launch.recording(B, C) as recorded:
+        if step == "unbound launch":
+            launch.run(kernel, 1, 32, 0, idx, B, C, 9, 1.0)
+        elif step == "first bound launch":  # binds only at the second call with this key
+            launch.run_bound(cache, "new key", kernel, 1, 32, 0, (idx, B, C, 9, 1.0), (1, 2))
+        else:
+            launch.zero(view((4, 3), 1 << 22), 0)
+    assert recorded.replay() is None
+
+
+def test_recording_ends_with_its_block():
+    with launch.recording() as recorded:
+        pass
+    assert recorded.replay() is not None and getattr(launch._recording, "current", None) is None
