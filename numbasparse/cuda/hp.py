@@ -17,7 +17,7 @@ from numba import cuda
 from numba.cuda import config
 
 from . import launch, reductions
-from .intrinsics import (atomic_max_float, atomic_min_float, load_l2, shfl_down, syncblock, syncwarp_lanes,
+from .intrinsics import (atomic_max_float, atomic_min_float, flagged_parts, shfl_down, syncblock, syncwarp_lanes,
                          vector_load)
 
 WARP = launch.WARP_SIZE
@@ -125,10 +125,12 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     With ``prefilled`` False the kernel writes every element of C itself, so a call is one GPU
     operation (no memset or fill launch before it, which costs a host-bound call as much as a
     small graph's kernel): every reduction merges in the block as above; a row crossing blocks
-    is combined by the last block to finish its part (the threadfence-reduction pattern: each
-    block's part goes to ``parts``, a fence, then an ``atomic.inc`` on the row's counter in
-    ``arrivals``, one counter per lane, which wraps back to 0 for the next call; the block
-    that sees the last count reads the parts through L2 and stores the row); and a group
+    is finished by the last of its blocks (a decoupled look-back, as in single-pass prefix
+    scans: each earlier block publishes its part in ``parts``, every value with its ready flag
+    in one 64-bit store, :func:`intrinsics.flagged_parts`, so no fence or atomic counter is
+    needed; the last block waits for those flags, combines, clears the flags for the next
+    call and stores the row; it waits only on blocks of lower index, which the GPU starts
+    first, and the one-wave rule has every block resident anyway); and a group
     zeroes the empty rows whose ``indptr`` lies in its nonzeros (the rows it skips, those just
     before its first row, and, for the last group, the rows after the last entry).
     """
@@ -140,6 +142,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     init = np.dtype(value_dtype).type(reductions.initial(reduce_code))
     load = vector_load(vec)
     combine = reductions.combine
+    publish, take = flagged_parts(np.dtype(value_dtype).itemsize * 8)
+    words_per_value = np.dtype(value_dtype).itemsize // 4
     tile = lanes * vec * cf
     span = lanes * vec  # columns covered by one vector load of the whole group
     width = vec * cf
@@ -181,45 +185,50 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                     C[row, j + c * span + v] = 0
 
     @cuda.jit(device=True, inline="always")
-    def combine_across_blocks(C, parts, arrivals, row, row_start, row_end, block_start, block_nnz, j, glane, acc):
-        """Leave this block's part of a row crossing blocks in ``parts``; the last of the row's
-        blocks to arrive (per lane) combines all parts and stores the row."""
+    def combine_across_blocks(C, parts, received, row, row_start, row_end, block_start, block_nnz, j, acc):
+        """A row crossing blocks: each of its blocks but the last publishes its part in
+        ``parts`` (each value with its ready flag, :func:`intrinsics.flagged_parts`); the last
+        waits for the earlier blocks' flags, combines their parts with its own, clears them for
+        the next call and stores the row."""
         first = row_start // block_nnz  # the row's blocks are first..last
         last = (row_end - 1) // block_nnz
         grid_x = cuda.gridDim.x
         n = C.shape[1]
-        side = 0 if row_start < block_start else 1  # 0: the row began in an earlier block
-        base = (side * grid_x + cuda.blockIdx.x) * n
-        for c in range(cf):
-            if j + c * span < n:
-                for v in range(vec):
-                    parts[base + j + c * span + v] = acc[c * vec + v]
-        cuda.threadfence()  # the part is visible before the count says so
-        others = numba.uint32(last - first)
-        counter = (first * cuda.gridDim.y + cuda.blockIdx.y) * lanes + glane
-        if cuda.atomic.inc(arrivals, counter, others) == others:
-            cuda.threadfence()
+        if cuda.blockIdx.x < last:
+            side = 0 if row_start < block_start else 1  # 0: the row began in an earlier block
+            base = (side * grid_x + cuda.blockIdx.x) * n
             for c in range(cf):
                 if j + c * span < n:
                     for v in range(vec):
-                        col = j + c * span + v
-                        x = load_l2(parts, (grid_x + first) * n + col)  # the first block's part
-                        for b in range(first + 1, last + 1):
-                            x = combine(reduce_code, x, load_l2(parts, b * n + col))
-                        if reduce_code == MEAN:
-                            x = x / (row_end - row_start)
-                        C[row, col] = x
+                        publish(parts, base + j + c * span + v, acc[c * vec + v])
+            return
+        for b in range(first, last):  # blocks of lower index only: they run before this one
+            base = (grid_x + b if b == first else b) * n  # the first block's part is its tail
+            ready = False
+            while not ready:  # all of this lane's values are loaded before any flag is tested
+                ready = True
+                for c in range(cf):
+                    if j + c * span < n:
+                        for v in range(vec):
+                            ok, received[c * vec + v] = take(parts, base + j + c * span + v)
+                            ready = ready and ok
+            for c in range(cf):
+                if j + c * span < n:
+                    for v in range(vec):
+                        acc[c * vec + v] = combine(reduce_code, acc[c * vec + v], received[c * vec + v])
+                        for w in range(words_per_value):
+                            parts[(base + j + c * span + v) * words_per_value + w] = 0
+        flush(C, row, j, acc, row_end - row_start, True)
 
     @cuda.jit(device=True, inline="always")
-    def finish_row(C, parts, arrivals, row, row_start, row_end, lo, hi, block_start, block_nnz, j, glane, acc):
+    def finish_row(C, parts, received, row, row_start, row_end, lo, hi, block_start, block_nnz, j, acc):
         """Store the row, whose entries in [lo, hi) are in ``acc``: directly if they are all of
         it, else atomically into the pre-filled C, or across blocks."""
         owned = row_start >= lo and row_end <= hi
         if owned or prefilled:
             flush(C, row, j, acc, row_end - row_start, owned)
         else:
-            combine_across_blocks(C, parts, arrivals, row, row_start, row_end, block_start, block_nnz, j, glane,
-                                  acc)
+            combine_across_blocks(C, parts, received, row, row_start, row_end, block_start, block_nnz, j, acc)
 
     @cuda.jit(device=True, inline="always")
     def add_entry(acc, a, B, k, j, n):
@@ -276,7 +285,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         return row, row_end, indptr[row + 1]
 
     @cuda.jit(**options)  # (the simulator's jit takes no register cap)
-    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts, arrivals):
+    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts):
         lane = cuda.threadIdx.x % WARP
         g = lane // lanes
         glane = lane % lanes
@@ -286,6 +295,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         partials = cuda.shared.array(merge_size, value_type)  # merge: partial rows left by groups
         partial_rows = cuda.shared.array(merge_rows_size, index_type)  # and their rows (-1: none)
         acc = cuda.local.array(width, value_type)
+        received = cuda.local.array(width if not prefilled else 1, value_type)  # another block's part
         gathered = cuda.local.array(gathered_size, value_type)  # B columns of depth entries
         nnz = indices.shape[0]
         bg = (cuda.threadIdx.x // WARP) * groups + g  # the group's index in its block
@@ -378,8 +388,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                                 acc[v] = combine(reduce_code, acc[v], partials[h * tile + glane * width + v])
                         h += 1
                     if active:
-                        finish_row(C, parts, arrivals, row, row_start, row_end, block_start, block_end, block_start,
-                                   block_nnz, j, glane, acc)
+                        finish_row(C, parts, received, row, row_start, row_end, block_start, block_end, block_start,
+                                   block_nnz, j, acc)
 
     return spmm_hp
 
@@ -427,6 +437,19 @@ def empty_rows_per_group(A, nnz_per_group):
     return A._derived[key]
 
 
+def crossing_span(A, block_nnz):
+    """The most blocks of ``block_nnz`` nonzeros a row of A spans after its first (0: no row
+    crosses a block boundary).  Once per pattern and block size."""
+    key = ("crossing_span", block_nnz)
+    if key not in A._derived:
+        indptr = A._host.indptr.astype(np.int64)
+        start, end = indptr[:-1], indptr[1:]
+        nonempty = end > start
+        spans = (end[nonempty] - 1) // block_nnz - start[nonempty] // block_nnz
+        A._derived[key] = int(spans.max()) if spans.size else 0
+    return A._derived[key]
+
+
 HPPlan = collections.namedtuple("HPPlan",
                                 "kernel grid nnz_per_group group_rows prefilled fill_rows lanes unused_scratch")
 
@@ -441,29 +464,31 @@ def _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill):
     block_groups = launch.HP_WARPS_PER_BLOCK * groups_per_warp
     grid = (launch.cdiv(launch.cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
     if prefill is None:
-        prefill = not launch.hp_single_launch(grid[0] * grid[1], empty_rows_per_group(A, nnz_per_group))
+        mean_row_nnz = A.nnz / max(1, A._derived["nonempty_rows"])  # (counted by spmm_hp_layout)
+        prefill = not launch.hp_single_launch(mean_row_nnz, crossing_span(A, block_groups * nnz_per_group),
+                                              empty_rows_per_group(A, nnz_per_group))
     kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str, depth, bool(prefill))
     fill_rows = prefill_rows(A, block_groups * nnz_per_group) if prefill and merges_in_block(code) else None
-    # the pre-filled kernel takes (and never reads) the single launch's scratch arguments
-    unused = (cuda.device_array(1, C.dtype), cuda.device_array(1, np.uint32)) if prefill else None
+    # the pre-filled kernel takes (and never reads) the single launch's scratch argument
+    unused = cuda.device_array(1, np.uint64) if prefill else None
     return HPPlan(kernel, grid, nnz_per_group, segment_rows(A, nnz_per_group), bool(prefill), fill_rows, lanes,
                   unused)
 
 
 def _scratch(A, key, plan, n, dtype, stream):
-    """(parts, arrivals) of a single-launch HP-SpMM on ``stream``: one per stream, since calls
-    on one stream run one after another and the counters go back to 0 at the end of each."""
+    """The ``parts`` of a single-launch HP-SpMM on ``stream`` (two rows of C per block, each
+    value in ``dtype.itemsize // 4`` words with ready flags; zero, and cleared again by each
+    call): one per stream, since calls on one stream run one after another."""
     handle = launch.stream_handle(stream)
-    scratch = A._derived.get((key, handle))
-    if scratch is None:
-        grid_x, grid_y = plan.grid
-        scratch = A._derived[(key, handle)] = (cuda.device_array(2 * grid_x * n, dtype),
-                                               cuda.to_device(np.zeros(grid_x * grid_y * plan.lanes, np.uint32)))
-    return handle, scratch
+    parts = A._derived.get((key, handle))
+    if parts is None:
+        words = 2 * plan.grid[0] * n * (dtype.itemsize // 4)
+        parts = A._derived[(key, handle)] = cuda.to_device(np.zeros(words, np.uint64))
+    return handle, parts
 
 
 def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, prefill=None):
-    """Launch HP-SpMM.  With ``prefill`` (the default except on small grids,
+    """Launch HP-SpMM.  With ``prefill`` (the default except on graphs of short rows,
     :func:`launch.hp_single_launch`) C is pre-filled first (for sum and mean a memset, their
     identity being 0; for max and min only the rows :func:`prefill_rows` lists), else the
     kernel alone writes all of C.
@@ -481,7 +506,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, prefil
     if plan is None:
         plan = A._derived[key] = _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill)
     if plan.prefilled:
-        parts, arrivals = plan.unused_scratch
+        parts = plan.unused_scratch
         if plan.fill_rows is not None:
             grid, block = _fill_grid(plan.fill_rows.shape[0] * n)
             launch.run_bound(A._bound, key + ("fill_rows",), fill_rows_kernel(C.dtype.str, plan.fill_rows.dtype.str),
@@ -490,9 +515,9 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, prefil
         elif not merges_in_block(code):
             fill_zeros(C, stream)
     else:
-        handle, (parts, arrivals) = _scratch(A, key, plan, n, C.dtype, stream)
+        handle, parts = _scratch(A, key, plan, n, C.dtype, stream)
         key = key + (handle,)  # the bound launch holds this stream's scratch
-    args = (A.indptr, A.indices, A.data, plan.group_rows, B, C, plan.nnz_per_group, parts, arrivals)
+    args = (A.indptr, A.indices, A.data, plan.group_rows, B, C, plan.nnz_per_group, parts)
     launch.run_bound(A._bound, key, plan.kernel, plan.grid, launch.HP_WARPS_PER_BLOCK * WARP, stream, args, (4, 5))
 
 

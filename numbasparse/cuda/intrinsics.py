@@ -10,8 +10,8 @@ exchanges values through a per-block table between two such barriers.  ``syncblo
 block cannot release it.  Memory operations Numba does not emit are built here from LLVM IR:
 ``vector_load`` (one 8- or 16-byte load), ``atomic_max_float``/``atomic_min_float`` (one
 integer atomic on a float's bits), ``vector_red_add`` (one ``red.global.add.v2/.v4.f32``,
-inline PTX) and ``load_l2`` (a 1-D load past L1, inline PTX); they too have plain-Python
-simulator versions.  The 2-D ones address their element through :func:`_item_pointer` (a
+inline PTX), ``load_l2`` (a 1-D load past L1, inline PTX) and ``flagged_parts`` (a value and
+its ready flag in one 64-bit store, inline PTX); they too have plain-Python simulator versions.  The 2-D ones address their element through :func:`_item_pointer` (a
 32-bit row index: one wide multiply).
 """
 import threading
@@ -169,6 +169,105 @@ else:  # pragma: no cover - the simulator has no caches
 
     def load_l2(arr, i):
         return arr[i]
+
+
+def _make_flagged_parts(bits):
+    """Intrinsics ``publish(words, i, value)`` and ``take(words, i) -> (ready, value)`` for a
+    float of ``bits`` bits passed between blocks of one launch through a uint64 array: each
+    32-bit half of the value travels with a ready flag (bit 32) in ONE 64-bit store
+    (``st.relaxed.gpu``), which the reader sees whole or not at all (``ld.relaxed.gpu``), so no
+    fence or counter orders the value before its flag.  Value i uses words
+    ``i * (bits // 32)`` onward; a reader clears them (zero) after use."""
+    from llvmlite import ir
+    from numba.core import cgutils
+    from numba.cuda.extending import intrinsic
+
+    halves = bits // 32
+    value_type = types.float32 if bits == 32 else types.float64
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    flag = ir.Constant(i64, 1 << 32)
+
+    def word_pointer(context, builder, arr_type, array, index, k):
+        index = builder.add(builder.mul(index, ir.Constant(index.type, halves)), ir.Constant(index.type, k))
+        return cgutils.get_item_pointer(context, builder, arr_type, array, [index])
+
+    @intrinsic
+    def publish(typingctx, words, i, value):
+        def codegen(context, builder, sig, args):
+            arr_type = sig.args[0]
+            array = context.make_array(arr_type)(context, builder, args[0])
+            index = context.cast(builder, args[1], sig.args[1], types.intp)
+            value = context.cast(builder, args[2], sig.args[2], value_type)
+            value_bits = builder.bitcast(value, ir.IntType(bits))
+            for k in range(halves):
+                half = builder.trunc(builder.lshr(value_bits, ir.Constant(value_bits.type, 32 * k)), i32)
+                word = builder.or_(builder.zext(half, i64), flag)
+                ptr = word_pointer(context, builder, arr_type, array, index, k)
+                store = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ptr.type, i64]),
+                                     "st.relaxed.gpu.global.b64 [$0], $1;", "l,l", side_effect=True)
+                builder.call(store, [ptr, word])
+            return context.get_dummy_value()
+
+        return types.void(words, i, value), codegen
+
+    @intrinsic
+    def take(typingctx, words, i):
+        signature = types.Tuple((types.boolean, value_type))(words, i)
+
+        def codegen(context, builder, sig, args):
+            arr_type = sig.args[0]
+            array = context.make_array(arr_type)(context, builder, args[0])
+            index = context.cast(builder, args[1], sig.args[1], types.intp)
+            ready = ir.Constant(ir.IntType(1), 1)
+            value_bits = ir.Constant(ir.IntType(bits), 0)
+            for k in range(halves):
+                ptr = word_pointer(context, builder, arr_type, array, index, k)
+                load = ir.InlineAsm(ir.FunctionType(i64, [ptr.type]), "ld.relaxed.gpu.global.b64 $0, [$1];", "=l,l",
+                                    side_effect=True)
+                word = builder.call(load, [ptr])
+                ready = builder.and_(ready, builder.icmp_unsigned("!=", builder.lshr(word, ir.Constant(i64, 32)),
+                                                                  ir.Constant(i64, 0)))
+                half = builder.zext(builder.trunc(word, i32), ir.IntType(bits))
+                value_bits = builder.or_(value_bits, builder.shl(half, ir.Constant(half.type, 32 * k)))
+            value = builder.bitcast(value_bits, ir.FloatType() if bits == 32 else ir.DoubleType())
+            return context.make_tuple(builder, sig.return_type, [ready, value])
+
+        return signature, codegen
+
+    return publish, take
+
+
+def _make_python_flagged_parts(bits):  # pragma: no cover - simulator only
+    import numpy as np
+
+    halves = bits // 32
+    float_type, int_type = (np.float32, np.uint32) if bits == 32 else (np.float64, np.uint64)
+
+    def publish(words, i, value):
+        value_bits = int(np.array(value, float_type).view(int_type))
+        for k in range(halves):
+            words[i * halves + k] = (1 << 32) | ((value_bits >> (32 * k)) & 0xFFFFFFFF)
+
+    def take(words, i):
+        ready, value_bits = True, 0
+        for k in range(halves):
+            word = int(words[i * halves + k])
+            ready = ready and word >> 32 != 0
+            value_bits |= (word & 0xFFFFFFFF) << (32 * k)
+        return ready, float_type(np.array(value_bits, int_type).view(float_type))
+
+    return publish, take
+
+
+_flagged_parts = {}
+
+
+def flagged_parts(bits):
+    """(publish, take) of :func:`_make_flagged_parts` for 32- or 64-bit floats."""
+    if bits not in _flagged_parts:
+        make = _make_python_flagged_parts if config.ENABLE_CUDASIM else _make_flagged_parts
+        _flagged_parts[bits] = make(bits)
+    return _flagged_parts[bits]
 
 
 def _make_vector_load(width, column_first=False):

@@ -73,27 +73,27 @@ def hp_gather_depth(nnz, nonempty_rows, width):
 
 
 #: The single-launch HP-SpMM (:func:`hp_single_launch`) is used only where no lane group would
-#: zero more than this many empty rows, one after another.
+#: zero more than this many empty rows, one after another,
 HP_MAX_ZEROED_ROWS = 32
-#: Registers per thread assumed for the single-launch HP-SpMM kernels' occupancy: they use
-#: 54-139 (tools/kernel_report.py; 76 for float32 sums with 4-column lanes), 1-62 more than the
-#: pre-filled kernels.
-HP_SINGLE_LAUNCH_REGISTERS = 96
+#: and no row spans more than this many blocks after its first (the row's last block waits for
+#: the parts of the others one block after another: an L2 round trip each).
+HP_MAX_SINGLE_LAUNCH_SPAN = 10
 
 
-def hp_single_launch(blocks, empty_rows_per_group):
-    """True where HP-SpMM runs as one GPU operation (``hp.spmm_hp_kernel``, prefilled False: the
-    kernel zeroes empty rows itself and combines rows crossing blocks without a pre-filled C):
-    where all ``blocks`` thread blocks (every column tile) run at once at the single-launch
-    kernel's occupancy, and no group has over HP_MAX_ZEROED_ROWS empty rows to zero.  H100,
-    tools/ab_hp.py --events (BENCHMARKS.md, session 11), against memset (or fill) + kernel: one
-    call by CUDA events 4-31 us faster on such grids (Cora, Citeseer, the default graph at
-    N = 32 and 64; sum and max), though the kernel alone takes 0.56-1.09x the time of memset +
-    kernel (the block merge, the last-arriver fence and atomic, more registers).  On larger
-    grids that cost grows (default graph at N = 256, 1828 blocks: 22 us against 16 us) until the
-    call loses too (R-MAT 16, 3552 blocks: sums 9-14 us slower)."""
-    full_wave = hp_full_wave(HP_SINGLE_LAUNCH_REGISTERS)
-    return blocks <= full_wave and empty_rows_per_group <= HP_MAX_ZEROED_ROWS
+def hp_single_launch(mean_row_nnz, span, empty_rows_per_group):
+    """True where HP-SpMM runs as one GPU operation (``hp.spmm_hp_kernel``, prefilled False:
+    the kernel zeroes empty rows itself, merges split rows in the block and finishes rows
+    crossing blocks in the row's last block) rather than after a memset (or fill): for graphs
+    of short rows (``mean_row_nnz``, nonzeros per non-empty row, below HP_GATHER_MIN_ROW) whose
+    rows span at most HP_MAX_SINGLE_LAUNCH_SPAN blocks after their first (``span``) and whose
+    groups zero at most HP_MAX_ZEROED_ROWS empty rows.  H100, tools/ab_hp.py (BENCHMARKS.md,
+    session 12), single launch against memset + kernel by kernel time: Cora, Citeseer, PubMed
+    (up to 2772 blocks) and the default graph (spans up to 10), sum and max, N = 32..256,
+    1.07-1.56x; R-MAT 14, 16 and 18 (mean rows 34-39) and the sampled workload (mean 106)
+    0.79-0.98x for sums: long rows are split over many groups, and the block merge and the
+    look-back cost more there than the pre-filled kernel's atomics."""
+    return (mean_row_nnz < HP_GATHER_MIN_ROW and span <= HP_MAX_SINGLE_LAUNCH_SPAN
+            and empty_rows_per_group <= HP_MAX_ZEROED_ROWS)
 
 
 #: Fewest and most lanes per HP-SpMM lane group: narrow groups give a warp several nonzeros

@@ -180,7 +180,7 @@ def _freed_nan_block(torch, shape):
 
 
 @pytest.mark.parametrize("graph, n, reduce, algorithm", [
-    (graphs.rmat(8, 8), 32, "sum", "auto"),     # HP in one launch (a one-wave grid)
+    (graphs.rmat(8, 8), 32, "sum", "auto"),     # HP in one launch (short rows)
     (graphs.rmat(8, 8), 64, "max", "auto"),
     (graphs.rmat(15, 16), 32, "sum", "auto"),   # HP after a memset
     (graphs.rmat(15, 16), 64, "max", "hp"),     # HP after the fill of the crossing rows

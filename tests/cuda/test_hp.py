@@ -176,37 +176,39 @@ def test_block_merge_of_split_rows(reduce, prefill):
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
-@pytest.mark.parametrize("reduce", ["sum", "max"])
-def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, monkeypatch):
+@pytest.mark.parametrize("reduce, dtype", [("sum", np.float32), ("max", np.float32), ("mean", np.float64)])
+def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, dtype, monkeypatch):
     """No memset or fill before the kernel; empty rows first and last, rows crossing blocks,
-    and the arrival counters back at 0 after each call (three calls, fresh B each time)."""
+    and the parts' ready flags cleared after each call (three calls, fresh B each time)."""
     rng = np.random.default_rng()
     lengths = [0, 0, 9, 30, 0, 4, 26, 0, 0]  # blocks of 8 groups x 2 = 16 entries
     dense = np.zeros((len(lengths), 40))
     for i, n in enumerate(lengths):
         dense[i, rng.choice(40, n, replace=False)] = rng.standard_normal(n)
     A = sp.csr_matrix(dense)
-    dev = CSR.from_scipy(A, dtype=np.float32)
+    dev = CSR.from_scipy(A, dtype=dtype)
     launches = []
     monkeypatch.setattr(launch, "zero", lambda *args: pytest.fail("memset in a single-launch call"))
     run = launch.run
     monkeypatch.setattr(launch, "run", lambda kernel, *args: launches.append(kernel) or run(kernel, *args))
     for _ in range(3):
-        B = random_dense(rng, (40, 16), np.float32)
-        C = cuda.to_device(np.full((len(lengths), 16), np.nan, np.float32))
+        B = random_dense(rng, (40, 16), dtype)
+        C = cuda.to_device(np.full((len(lengths), 16), np.nan, dtype))
         hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=16, prefill=False)
-        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), dtype)
     assert all(k is launches[0] for k in launches)  # the HP kernel only
-    ((parts, arrivals),) = [v for k, v in dev._derived.items() if isinstance(k[0], tuple)]
-    assert not arrivals.copy_to_host().any()
+    (parts,) = [v for k, v in dev._derived.items() if isinstance(k[0], tuple)]
+    assert not parts.copy_to_host().any()
 
 
-def test_single_launch_rule_takes_small_grids_with_few_empty_rows_per_group():
+def test_single_launch_rule_takes_short_rows_short_spans_and_few_empty_rows_per_group():
     indptr = np.array([0, 0, 0, 4, 4, 9, 9, 9, 9, 12, 12])  # empty rows at 0, 0, 4, 9, 9, 9, 12
     A = CSR.from_scipy(sp.csr_matrix((np.ones(12), np.arange(12) % 5, indptr), shape=(10, 5)))
     assert hp.empty_rows_per_group(A, 4) == 4  # groups [0,4) [4,8) [8,12): 2, 1, 3 + 1 after the end
     assert hp.empty_rows_per_group(A, 100) == 7
-    small_grid = launch.hp_full_wave(launch.HP_SINGLE_LAUNCH_REGISTERS)
-    assert launch.hp_single_launch(small_grid, launch.HP_MAX_ZEROED_ROWS)
-    assert not launch.hp_single_launch(small_grid, launch.HP_MAX_ZEROED_ROWS + 1)
-    assert not launch.hp_single_launch(small_grid + 1, 0)  # more than one wave: memset + kernel
+    assert hp.crossing_span(A, 4) == 1 and hp.crossing_span(A, 2) == 2 and hp.crossing_span(A, 12) == 0
+    short, span = launch.HP_GATHER_MIN_ROW - 1, launch.HP_MAX_SINGLE_LAUNCH_SPAN
+    assert launch.hp_single_launch(short, span, launch.HP_MAX_ZEROED_ROWS)
+    assert not launch.hp_single_launch(short, span, launch.HP_MAX_ZEROED_ROWS + 1)
+    assert not launch.hp_single_launch(short, span + 1, 0)  # the last block would wait on too many
+    assert not launch.hp_single_launch(launch.HP_GATHER_MIN_ROW, 0, 0)  # long rows: memset + kernel
