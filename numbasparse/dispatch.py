@@ -280,7 +280,7 @@ def _auto_name(op, backend, n_cols, nnz, shape=None, itemsize=4):
     # on R-MAT: a row-per-warp kernel waits for its longest row, one B load after another); max
     # and min, since their integer atomics, 8.3-55 us on the four small graphs against 17-87 us
     # for CRC+CWM2.  CRC saves HP's second launch (memset or fill), which shows only in
-    # host-bound single calls; HP itself now runs as one launch on one-wave grids
+    # host-bound single calls; HP itself now runs as one launch on graphs of short rows
     # (launch.hp_single_launch).  The condensed-tile kernel tried in session 6
     # (benchmarks/experiments/condensed-tiles.patch) was 4.3-12x slower than HP on every graph.
     # Dense graphs (sampled subgraphs) at N >= 64: the column-slab kernel (slab_pays).

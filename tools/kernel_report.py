@@ -17,8 +17,6 @@ from pathlib import Path
 
 os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
 
-import numba  # noqa: E402
-import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1]))

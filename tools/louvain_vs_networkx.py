@@ -10,7 +10,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import networkx as nx  # noqa: E402
-import numpy as np  # noqa: E402
 
 from numbasparse import graphs  # noqa: E402
 from numbasparse.reorder import cluster_order, loa, louvain, mean_intensity, modularity, permute  # noqa: E402

@@ -11,7 +11,6 @@ from .hc import window_features
 @njit(cache=True)
 def _synthetic(n_windows, n_cols, nnz, n_columns_total, seed):
     np.random.seed(seed)
-    indptr = np.zeros(n_windows * WINDOW + 1, np.int64)
     rows = np.empty(n_windows * nnz, np.int64)
     cols = np.empty(n_windows * nnz, np.int64)
     taken = np.zeros(WINDOW * n_cols, np.bool_)
