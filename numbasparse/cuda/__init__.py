@@ -28,7 +28,7 @@ def kernel_configs():
                         configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} prefilled={prefilled} "
                                         f"{reduce} {value}/{index}",
                                         hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, prefilled),
-                                        (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, V[::1], numba.uint32[::1])))
+                                        (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1])))
         for reduce, code in reductions.CODES.items():
             for vec in (v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.SLAB_VECTOR_BYTES):
                 depth = slab.slab_depth(vec, np.dtype(value).itemsize)

@@ -478,7 +478,10 @@ def _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill):
 def _scratch(A, key, plan, n, dtype, stream):
     """The ``parts`` of a single-launch HP-SpMM on ``stream`` (two rows of C per block, each
     value in ``dtype.itemsize // 4`` words with ready flags; zero, and cleared again by each
-    call): one per stream, since calls on one stream run one after another."""
+    call): one per stream, since calls on one stream run one after another.  (Two launches
+    sharing it at once could take each other's parts and wait for ever: e.g. two CUDA graphs
+    instantiated from calls captured on one stream and run together on two streams.  One graph
+    is safe: CUDA runs the launches of one executable graph one after another.)"""
     handle = launch.stream_handle(stream)
     parts = A._derived.get((key, handle))
     if parts is None:
