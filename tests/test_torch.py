@@ -73,3 +73,21 @@ def test_values_must_match_operands():
         nst.spmm(graph, B, torch.ones(A.nnz, dtype=torch.float32))
     with pytest.raises(ValueError, match="reduce"):
         nst.spmm(graph, B, reduce="max")
+
+
+@pytest.mark.gpu
+def test_repeated_calls_keep_one_matrix_per_values_and_see_in_place_updates():
+    """The device matrix of the values passed last is reused (its launches stay bound and the
+    calls are replayed), and reads the values at each call."""
+    rng, A, graph = _setup("cuda", shape=(40, 30))
+    values = graph.values.clone()
+    assert graph.matrix(values) is graph.matrix(values)
+    B = torch.tensor(rng.standard_normal((30, 8)), device="cuda")
+    for _ in range(5):
+        C = nst.spmm(graph, B, values)
+    np.testing.assert_allclose(C.cpu().numpy(), spmm_reference(A, B.cpu().numpy()), rtol=1e-10)
+    values.mul_(2)  # in place: same memory, same matrix
+    C = nst.spmm(graph, B, values)
+    np.testing.assert_allclose(C.cpu().numpy(), 2 * spmm_reference(A, B.cpu().numpy()), rtol=1e-10)
+    other = values.clone()
+    assert graph.matrix(other) is not graph.matrix(values)
