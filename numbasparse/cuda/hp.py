@@ -130,7 +130,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     in one 64-bit store, :func:`intrinsics.flagged_parts`, so no fence or atomic counter is
     needed; the last block waits for those flags, combines, clears the flags for the next
     call and stores the row; it waits only on blocks of lower index, which the GPU starts
-    first, and the one-wave rule has every block resident anyway); and a group
+    first, so it cannot wait on a block that is not running); and a group
     zeroes the empty rows whose ``indptr`` lies in its nonzeros (the rows it skips, those just
     before its first row, and, for the last group, the rows after the last entry).
     """
@@ -451,7 +451,7 @@ def crossing_span(A, block_nnz):
 
 
 HPPlan = collections.namedtuple("HPPlan",
-                                "kernel grid nnz_per_group group_rows prefilled fill_rows lanes unused_scratch")
+                                "kernel grid nnz_per_group group_rows prefilled fill_rows unused_scratch")
 
 
 def _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill):
@@ -471,8 +471,7 @@ def _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill):
     fill_rows = prefill_rows(A, block_groups * nnz_per_group) if prefill and merges_in_block(code) else None
     # the pre-filled kernel takes (and never reads) the single launch's scratch argument
     unused = cuda.device_array(1, np.uint64) if prefill else None
-    return HPPlan(kernel, grid, nnz_per_group, segment_rows(A, nnz_per_group), bool(prefill), fill_rows, lanes,
-                  unused)
+    return HPPlan(kernel, grid, nnz_per_group, segment_rows(A, nnz_per_group), bool(prefill), fill_rows, unused)
 
 
 def _scratch(A, key, plan, n, dtype, stream):

@@ -10,8 +10,8 @@ exchanges values through a per-block table between two such barriers.  ``syncblo
 block cannot release it.  Memory operations Numba does not emit are built here from LLVM IR:
 ``vector_load`` (one 8- or 16-byte load), ``atomic_max_float``/``atomic_min_float`` (one
 integer atomic on a float's bits), ``vector_red_add`` (one ``red.global.add.v2/.v4.f32``,
-inline PTX), ``load_l2`` (a 1-D load past L1, inline PTX) and ``flagged_parts`` (a value and
-its ready flag in one 64-bit store, inline PTX); they too have plain-Python simulator versions.  The 2-D ones address their element through :func:`_item_pointer` (a
+inline PTX) and ``flagged_parts`` (a value and its ready flag in one 64-bit store, inline PTX);
+they too have plain-Python simulator versions.  The 2-D ones address their element through :func:`_item_pointer` (a
 32-bit row index: one wide multiply).
 """
 import threading
@@ -131,44 +131,6 @@ def _item_pointer(context, builder, sig, args, column_first=False):
         return builder.gep(row_start, [column])
     index = [context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2)]
     return cgutils.get_item_pointer(context, builder, arr_type, array, index)
-
-
-def _make_load_l2():
-    """An intrinsic ``load_l2(arr, i)``: ``arr[i]`` of a 1-D float32/float64 array read past the
-    SM's L1 (``ld.global.cg``, inline PTX kept in place as a side effect), for data that other
-    blocks wrote during this launch and a stale L1 line could hide.  (numba-cuda's ``ldcg``
-    compiles its overload for the current device, so kernels using it need a GPU to compile.)"""
-    from llvmlite import ir
-    from numba.core import cgutils
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def load_l2(typingctx, arr, i):
-        signature = arr.dtype(arr, i)
-
-        def codegen(context, builder, sig, args):
-            arr_type = sig.args[0]
-            array = context.make_array(arr_type)(context, builder, args[0])
-            index = context.cast(builder, args[1], sig.args[1], types.intp)
-            ptr = cgutils.get_item_pointer(context, builder, arr_type, array, [index])
-            bits = arr_type.dtype.bitwidth
-            value_type = ir.FloatType() if bits == 32 else ir.DoubleType()
-            function = ir.FunctionType(value_type, [ptr.type])
-            asm = f"ld.global.cg.f{bits} $0, [$1];"
-            return builder.call(ir.InlineAsm(function, asm, ("=f" if bits == 32 else "=d") + ",l", side_effect=True),
-                                [ptr])
-
-        return signature, codegen
-
-    return load_l2
-
-
-if not config.ENABLE_CUDASIM:
-    load_l2 = _make_load_l2()
-else:  # pragma: no cover - the simulator has no caches
-
-    def load_l2(arr, i):
-        return arr[i]
 
 
 def _make_flagged_parts(bits):
