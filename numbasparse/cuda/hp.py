@@ -17,8 +17,8 @@ from numba import cuda
 from numba.cuda import config
 
 from . import launch, reductions
-from .intrinsics import (atomic_max_float, atomic_min_float, flagged_parts, shfl_down, syncblock, syncwarp_lanes,
-                         vector_load)
+from .intrinsics import (atomic_max_float, atomic_min_float, flagged_parts, flagged_words, shfl_down, syncblock,
+                         syncwarp_lanes, vector_load)
 
 WARP = launch.WARP_SIZE
 
@@ -142,8 +142,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     init = np.dtype(value_dtype).type(reductions.initial(reduce_code))
     load = vector_load(vec)
     combine = reductions.combine
-    publish, take = flagged_parts(np.dtype(value_dtype).itemsize * 8)
-    words_per_value = np.dtype(value_dtype).itemsize // 4
+    publish, take, clear = flagged_parts(np.dtype(value_dtype).itemsize * 8)
     tile = lanes * vec * cf
     span = lanes * vec  # columns covered by one vector load of the whole group
     width = vec * cf
@@ -155,7 +154,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     merge_size = block_groups * tile if merge else 1  # one partial row tile per group
     merge_rows_size = block_groups if merge else 1
     # float32 sums over 8 columns per lane: capped for occupancy (launch.HP_MAX_REGISTERS)
-    # (not in the single launch: its grids are small, and the cap would spill its extra state)
+    # (not in the single launch: the cap would spill its extra state, tools/kernel_report.py)
     capped = reduce_code == reductions.SUM and value_type == numba.float32 and width == 8 and prefilled
     options = {"max_registers": launch.HP_MAX_REGISTERS} if capped and not config.ENABLE_CUDASIM else {}
 
@@ -216,8 +215,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                 if j + c * span < n:
                     for v in range(vec):
                         acc[c * vec + v] = combine(reduce_code, acc[c * vec + v], received[c * vec + v])
-                        for w in range(words_per_value):
-                            parts[(base + j + c * span + v) * words_per_value + w] = 0
+                        clear(parts, base + j + c * span + v)
         flush(C, row, j, acc, row_end - row_start, True)
 
     @cuda.jit(device=True, inline="always")
@@ -476,7 +474,7 @@ def _hp_plan(A, code, n, B, C, nnz_per_group, lanes, prefill):
 
 def _scratch(A, key, plan, n, dtype, stream):
     """The ``parts`` of a single-launch HP-SpMM on ``stream`` (two rows of C per block, each
-    value in ``dtype.itemsize // 4`` words with ready flags; zero, and cleared again by each
+    value in :func:`intrinsics.flagged_words` with ready flags; zero, and cleared again by each
     call): one per stream, since calls on one stream run one after another.  (Two launches
     sharing it at once could take each other's parts and wait for ever: e.g. two CUDA graphs
     instantiated from calls captured on one stream and run together on two streams.  One graph
@@ -484,7 +482,7 @@ def _scratch(A, key, plan, n, dtype, stream):
     handle = launch.stream_handle(stream)
     parts = A._derived.get((key, handle))
     if parts is None:
-        words = 2 * plan.grid[0] * n * (dtype.itemsize // 4)
+        words = flagged_words(2 * plan.grid[0] * n, dtype.itemsize)
         parts = A._derived[(key, handle)] = cuda.to_device(np.zeros(words, np.uint64))
     return handle, parts
 

@@ -11,8 +11,8 @@ block cannot release it.  Memory operations Numba does not emit are built here f
 ``vector_load`` (one 8- or 16-byte load), ``atomic_max_float``/``atomic_min_float`` (one
 integer atomic on a float's bits), ``vector_red_add`` (one ``red.global.add.v2/.v4.f32``,
 inline PTX) and ``flagged_parts`` (a value and its ready flag in one 64-bit store, inline PTX);
-they too have plain-Python simulator versions.  The 2-D ones address their element through :func:`_item_pointer` (a
-32-bit row index: one wide multiply).
+they too have plain-Python simulator versions.  The 2-D ones address their element through
+:func:`_item_pointer` (a 32-bit row index: one wide multiply).
 """
 import threading
 
@@ -139,7 +139,8 @@ def _make_flagged_parts(bits):
     32-bit half of the value travels with a ready flag (bit 32) in ONE 64-bit store
     (``st.relaxed.gpu``), which the reader sees whole or not at all (``ld.relaxed.gpu``), so no
     fence or counter orders the value before its flag.  Value i uses words
-    ``i * (bits // 32)`` onward; a reader clears them (zero) after use."""
+    ``i * (bits // 32)`` onward (:func:`flagged_words`); a reader clears them (``clear(words,
+    i)``, zeros) after use."""
     from llvmlite import ir
     from numba.core import cgutils
     from numba.cuda.extending import intrinsic
@@ -196,7 +197,24 @@ def _make_flagged_parts(bits):
 
         return signature, codegen
 
-    return publish, take
+    return publish, take, _make_clear(halves)
+
+
+def _make_clear(halves):
+    """``clear(words, i)``: zero value i's words (its flags), for the next launch."""
+
+    @cuda.jit(device=True, inline="always")
+    def clear(words, i):
+        for k in range(halves):
+            words[i * halves + k] = 0
+
+    return clear
+
+
+def flagged_words(n_values, itemsize):
+    """uint64 words that :func:`flagged_parts` needs for ``n_values`` floats of ``itemsize``
+    bytes: one per 32-bit half."""
+    return n_values * (itemsize // 4)
 
 
 def _make_python_flagged_parts(bits):  # pragma: no cover - simulator only
@@ -218,14 +236,14 @@ def _make_python_flagged_parts(bits):  # pragma: no cover - simulator only
             value_bits |= (word & 0xFFFFFFFF) << (32 * k)
         return ready, float_type(np.array(value_bits, int_type).view(float_type))
 
-    return publish, take
+    return publish, take, _make_clear(halves)
 
 
 _flagged_parts = {}
 
 
 def flagged_parts(bits):
-    """(publish, take) of :func:`_make_flagged_parts` for 32- or 64-bit floats."""
+    """(publish, take, clear) of :func:`_make_flagged_parts` for 32- or 64-bit floats."""
     if bits not in _flagged_parts:
         make = _make_python_flagged_parts if config.ENABLE_CUDASIM else _make_flagged_parts
         _flagged_parts[bits] = make(bits)

@@ -89,9 +89,11 @@ def hp_single_launch(mean_row_nnz, span, empty_rows_per_group):
     groups zero at most HP_MAX_ZEROED_ROWS empty rows.  H100, tools/ab_hp.py (BENCHMARKS.md,
     session 12), single launch against memset + kernel by kernel time: Cora, Citeseer, PubMed
     (up to 2772 blocks) and the default graph (spans up to 10), sum and max, N = 32..256,
-    1.07-1.56x; R-MAT 14, 16 and 18 (mean rows 34-39) and the sampled workload (mean 106)
-    0.79-0.98x for sums: long rows are split over many groups, and the block merge and the
-    look-back cost more there than the pre-filled kernel's atomics."""
+    0.88-1.39x (below 1 only for sums at N <= 64 on Cora, Citeseer and the default graph,
+    0.88-0.97x, calls that one GPU operation fewer makes faster by events); R-MAT 14, 16 and
+    18 (mean rows 34-39) and the sampled workload (mean 106), sums, 0.78-0.99x: long rows are
+    split over many groups, and the block merge and the look-back cost more there than the
+    pre-filled kernel's atomics."""
     return (mean_row_nnz < HP_GATHER_MIN_ROW and span <= HP_MAX_SINGLE_LAUNCH_SPAN
             and empty_rows_per_group <= HP_MAX_ZEROED_ROWS)
 
@@ -313,9 +315,9 @@ class _FastLaunch:
 
     def call(self, params_address, grid, block, handle):
         """cuLaunchKernel with the parameters at ``params_address`` on ``grid`` x ``block``
-        (3-tuples) in the stream of driver handle ``handle``; False after a driver error (nothing was launched: the caller then launches
-        through Numba, which sets up what was missing, e.g. a context on a new thread, or
-        raises).  After FAST_LAUNCH_FAILURES errors in a row the fast path is off for good."""
+        (3-tuples) in the stream of driver handle ``handle``; False after a driver error
+        (nothing was launched: the caller then launches through Numba, which sets up what was
+        missing, e.g. a context on a new thread, or raises).  After FAST_LAUNCH_FAILURES errors in a row the fast path is off for good."""
         gx, gy, gz = grid
         bx, by, bz = block
         (err,) = _driver()[0](self.function, gx, gy, gz, bx, by, bz, 0, handle, params_address, 0)
@@ -394,10 +396,11 @@ def run_bound(cache, key, kernel, grid, block, stream, args, variable):
     ``cache`` (a matrix made for one call, e.g. by ``with_values``, never pays for binding).
     ``variable``: the indices of the arguments that change from call to call."""
     bound = cache.get(key)
-    launched = bound(stream, *[args[i] for i in variable]) if bound is not None else False
+    arrays = [args[i] for i in variable]
+    launched = bound(stream, *arrays) if bound is not None else False
     recording = getattr(_recording, "current", None)
     if recording is not None:
-        recording.add_launch(bound if launched else None, [args[i] for i in variable])
+        recording.add_launch(bound if launched else None, arrays)
     if launched:
         return
     if launched is None:  # the driver refused: one error counted, Numba's launch sets up or raises
@@ -489,6 +492,13 @@ def stream_handle(stream):
     return handle
 
 
+def _memset_zero(pointer, n_bytes, handle):
+    """cuMemsetD8Async of ``n_bytes`` zero bytes at ``pointer`` in stream ``handle``: the
+    driver's error code (0: done)."""
+    (err,) = _driver()[1](pointer, 0, n_bytes, handle)
+    return err
+
+
 def zero(array, stream=0):
     """Set a C-contiguous device array to zero bytes in ``stream`` (cuMemsetD8Async: no
     kernel launch).  Returns False, doing nothing, where the driver call is unavailable
@@ -498,7 +508,7 @@ def zero(array, stream=0):
     if not pointer or driver is None:
         return False
     n_bytes = array.size * array.dtype.itemsize
-    (err,) = driver[1](pointer, 0, n_bytes, stream_handle(stream))
+    err = _memset_zero(pointer, n_bytes, stream_handle(stream))
     if err:
         raise RuntimeError(f"cuMemsetD8Async failed with CUDA error {err}")
     recording = getattr(_recording, "current", None)
@@ -586,8 +596,7 @@ class Replay:
                 return False
         for step, roles in self.steps:
             if isinstance(step, int):  # a memset of that many bytes
-                (err,) = _driver()[1](pointers[roles[0]], 0, step, handle)
-                if err:
+                if _memset_zero(pointers[roles[0]], step, handle):
                     return False
             elif not step.replay([pointers[r] for r in roles], handle):
                 return False
