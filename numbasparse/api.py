@@ -1,15 +1,20 @@
-"""Public functions: validation at the boundary, array-type handling, then dispatch."""
+"""Public functions: validation at the boundary and array-type handling, then dispatch.
+
+A call flows: public function -> :mod:`numbasparse.replay` (a repeated call on torch tensors is
+replayed here) -> validation (:mod:`numbasparse.arrays` for dense operands, :mod:`numbasparse.csr`
+for the sparse one) -> :func:`numbasparse.dispatch.resolve` (which kernel) -> the kernel family's
+launcher (plan from the matrix's cache, then :mod:`numbasparse.cuda.launch`).
+"""
 import numpy as np
 import scipy.sparse as sp
 
-from . import arrays, dispatch
+from . import arrays, dispatch, replay
 from .csr import CSR, canonical_csr
-from .cuda import launch
-from .cuda.reductions import CODES
-
-REDUCTIONS = tuple(CODES)
-#: Replayed calls kept per matrix (one per call options, operand signature and stream).
-MAX_REPLAYS = 64
+from .dtypes import INDEX_DTYPES
+from .cuda import hc
+from .cuda.device import simulator_enabled
+from .reductions import CODES, NAMES as REDUCTIONS
+from .validation import check_sparse
 
 
 def _shape_of(A):
@@ -32,14 +37,17 @@ def _check_csr_dtype(A, dtype, operand):
 
 def _host_csr(A, dtype, operand):
     """Canonical scipy CSR of ``A`` with values of ``dtype`` (for the CPU backend).  A CSR
-    matrix that is already canonical and of that dtype is used as it is (the CPU kernels only
-    read it), so repeated calls, and ``Plan``'s CPU path, do not copy the graph each time."""
+    matrix that is already canonical, of that dtype and with native int32/int64 indices is used
+    as it is once its structure is checked (the CPU kernels only read it), so repeated calls,
+    and ``Plan``'s CPU path, do not copy the graph each time."""
     if isinstance(A, CSR):
         _check_csr_dtype(A, dtype, operand)
         return A.to_scipy() if A._values_on_device_only else A._host
     if (sp.isspmatrix_csr(A) or isinstance(A, sp.csr_array)) and A.dtype == dtype \
-            and A.indices.dtype == A.indptr.dtype and A.has_canonical_format:
-        return A
+            and A.indices.dtype == A.indptr.dtype and A.indices.dtype in INDEX_DTYPES:
+        check_sparse(A)  # every call: the caller may have changed the arrays since the last one
+        if A.has_canonical_format:
+            return A
     return canonical_csr(A, dtype=dtype)
 
 
@@ -79,7 +87,7 @@ def _output(out, like, shape, dtype):
     if o.shape != shape or o.dtype != dtype:
         raise ValueError(f"out must have shape {shape} and dtype {dtype}, got {o.shape} {o.dtype}")
     if o.on_device:
-        if not dispatch.simulator_enabled() and _overlap(o.array, like.array):
+        if not simulator_enabled() and _overlap(o.array, like.array):
             raise ValueError("out must not share memory with B")
         return out, o.array
     if not isinstance(out, np.ndarray) or not out.flags.c_contiguous:
@@ -87,33 +95,6 @@ def _output(out, like, shape, dtype):
     if np.shares_memory(out, like.original):
         raise ValueError("out must not share memory with B")
     return out, out
-
-
-def _replay_key(A, operands, out, options):
-    """The key of a call's :class:`launch.Replay` on ``A``, or None for a call that is not
-    replayed: A not a :class:`CSR`, ``out=`` given, or an operand not a C-contiguous CUDA torch
-    tensor.  Calls with one key have the same options, operand shapes, dtypes and devices and
-    the same current stream, so they pass the same validation and issue the same launches;
-    only the data pointers differ (and their alignment, which the replay checks).  The stream's
-    handle is the key's last item."""
-    if out is not None or type(A) is not CSR:
-        return None
-    signatures = tuple(arrays.torch_signature(x) for x in operands)
-    if None in signatures:
-        return None
-    return options, signatures, arrays.torch_stream_handle(signatures[0][2])
-
-
-def _replay(A, key):
-    return A._bound.get("replays", {}).get(key) if key is not None else None
-
-
-def _keep_replay(A, key, replay):
-    if key is not None and replay is not None:
-        replays = A._bound.setdefault("replays", {})
-        if len(replays) >= MAX_REPLAYS:
-            replays.clear()
-        replays[key] = replay
 
 
 def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
@@ -130,16 +111,17 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
     Returns C (M, N), of B's dtype and kind: NumPy in, NumPy out; CuPy in, CuPy out; ...
 
     A call repeated with a :class:`CSR` and CUDA torch tensors of one shape, dtype, device and
-    alignment, on one stream, is replayed from the fourth time on: the launches the full call
-    made are issued again with the new data pointers, skipping validation and dispatch, which
-    the earlier calls with those operands already passed.
+    alignment, on one stream, is replayed from its ``replay.REPLAY_FROM_CALL``-th time on: the
+    launches the full call made are issued again with the new data pointers, skipping
+    validation and dispatch, which the earlier calls with those operands already passed
+    (:mod:`numbasparse.replay`).
     """
-    key = _replay_key(A, (B,), out, ("spmm", reduce, algorithm, backend))
-    replay = _replay(A, key)
-    if replay is not None:
-        C = B.new_empty((A.shape[0], B.shape[1]))
-        if replay((B.data_ptr(), C.data_ptr()), key[-1]):
-            return C
+    return replay.call(A, ("spmm", reduce, algorithm, backend), (B,), out,
+                       lambda B: (B.new_empty((A.shape[0], B.shape[1])),),
+                       lambda record: _spmm(A, B, reduce, algorithm, backend, out, record))
+
+
+def _spmm(A, B, reduce, algorithm, backend, out, record):
     if reduce not in CODES:
         raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
     b = arrays.dense(B, "B", 2)
@@ -147,7 +129,7 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
     if b.shape[0] != k:
         raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
     algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], A.nnz, reduce, (m, k),
-                            b.dtype.itemsize)
+                            b.dtype.itemsize, A.cache if isinstance(A, CSR) else None)
     shape = (m, b.shape[1])
     result, C = _output(out, b, shape, b.dtype)
 
@@ -159,9 +141,8 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
 
     dev = _device_csr(A, b.dtype, "B")
     if b.on_device:
-        with launch.recording(b.array, C) as recorded:
+        with record(b.array, C):
             algo.run(dev, b.array, C, reduce, stream=arrays.stream_of(b))
-        _keep_replay(A, key, recorded.replay())
         return result
     C_dev = cuda.device_array(shape, dtype=b.dtype)
     algo.run(dev, cuda.to_device(b.array), C_dev, reduce)
@@ -180,12 +161,12 @@ def sddmm(A, X, Y, *, algorithm="auto", backend="auto"):
     the nnz values in the order of ``CSR.from_scipy(A)``.  Repeated calls on torch tensors
     are replayed as :func:`spmm`'s are.
     """
-    key = _replay_key(A, (X, Y), None, ("sddmm", algorithm, backend))
-    replay = _replay(A, key)
-    if replay is not None:
-        values = X.new_empty((A.nnz,))
-        if replay((X.data_ptr(), Y.data_ptr(), values.data_ptr()), key[-1]):
-            return values
+    return replay.call(A, ("sddmm", algorithm, backend), (X, Y), None,
+                       lambda X, Y: (X.new_empty((A.nnz,)),),
+                       lambda record: _sddmm(A, X, Y, algorithm, backend, record))
+
+
+def _sddmm(A, X, Y, algorithm, backend, record):
     x, y = _operands(("X", X), ("Y", Y))
     m, n = _shape_of(A)
     if x.shape[0] != m or y.shape[0] != n:
@@ -204,9 +185,8 @@ def sddmm(A, X, Y, *, algorithm="auto", backend="auto"):
     dev = _device_csr(A, x.dtype, "X")
     if x.on_device:
         result, values = arrays.empty_like_framework(x, (dev.nnz,), x.dtype)
-        with launch.recording(x.array, y.array, values) as recorded:
+        with record(x.array, y.array, values):
             algo.run(dev, x.array, y.array, values, stream=arrays.stream_of(x))
-        _keep_replay(A, key, recorded.replay())
         return result
     values = cuda.device_array(dev.nnz, dtype=x.dtype)
     algo.run(dev, cuda.to_device(x.array), cuda.to_device(y.array), values)
@@ -243,10 +223,10 @@ def spmm_dense(A, X, W, *, backend="auto"):
     dev = _device_csr(A, x.dtype, "X")
     if x.on_device:
         result, out = arrays.empty_like_framework(x, shape, x.dtype)
-        dispatch.spmm_dense_fused(dev, x.array, w.array, out, stream=arrays.stream_of(x))
+        hc.spmm_dense(dev, x.array, w.array, out, stream=arrays.stream_of(x))
         return result
     out = cuda.device_array(shape, dtype=x.dtype)
-    dispatch.spmm_dense_fused(dev, cuda.to_device(x.array), cuda.to_device(w.array), out)
+    hc.spmm_dense(dev, cuda.to_device(x.array), cuda.to_device(w.array), out)
     return arrays.host_result(x, out.copy_to_host())
 
 

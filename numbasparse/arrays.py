@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .csr import check_value_dtype
 from .cuda.intrinsics import MAX_ROW_BYTES
-from .cuda.launch import MAX_ALIGNMENT, abi_of
+from .cuda.launch import MAX_ALIGNMENT, abi_of, external_stream
+from .dtypes import check_value_dtype
 
 
 class DeviceView:
@@ -105,7 +105,7 @@ def _torch_dtypes():
 def torch_signature(x):
     """(shape, dtype, device index, address modulo MAX_ALIGNMENT) of a C-contiguous CUDA
     ``torch.Tensor`` once torch has been seen (:func:`dense`), else None: what a replayed call
-    (:class:`launch.Replay`) needs to be unchanged about an operand."""
+    (:mod:`numbasparse.replay`) needs to be unchanged about an operand."""
     if not _TORCH_TENSOR or type(x) is not _TORCH_TENSOR[0] or not x.is_cuda or not x.is_contiguous():
         return None
     return x.shape, x.dtype, x.get_device(), x.data_ptr() % MAX_ALIGNMENT
@@ -195,9 +195,6 @@ def same_place(*operands):
         raise TypeError(f"{names} must all be host (NumPy) arrays or all CUDA arrays")
 
 
-_external_streams = {}
-
-
 def torch_stream_handle(device):
     """The raw handle of torch's current stream on ``device`` (a torch.device or an index; the
     public API builds a Stream object each time; the raw getter, when torch has it, is several
@@ -212,25 +209,15 @@ def torch_stream_handle(device):
 
 
 def stream_of(op):
-    """The Numba stream to launch on so that work is ordered after ``op``'s producer."""
+    """The Numba stream to launch on so that work is ordered after ``op``'s producer: the
+    framework's current stream (Numba's default stream for Numba arrays)."""
     if op.framework == "torch":
-        handle = torch_stream_handle(op.original.device)
-    elif op.framework == "cupy":
+        return external_stream(torch_stream_handle(op.original.device))
+    if op.framework == "cupy":
         import cupy
 
-        handle = cupy.cuda.get_current_stream().ptr
-    else:
-        return 0  # Numba's default stream
-    if not handle:
-        return 0
-    stream = _external_streams.get(handle)
-    if stream is None:  # one Numba object per foreign stream (making one costs ~20 us)
-        from numba import cuda
-
-        if len(_external_streams) > 64:
-            _external_streams.clear()
-        stream = _external_streams[handle] = cuda.external_stream(handle)
-    return stream
+        return external_stream(cupy.cuda.get_current_stream().ptr)
+    return 0
 
 
 def empty_like_framework(op, shape, dtype):

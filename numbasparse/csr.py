@@ -2,43 +2,39 @@
 import numpy as np
 import scipy.sparse as sp
 
-VALUE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-_INT32_MAX = np.iinfo(np.int32).max
-
-
-def index_dtype_for(shape, nnz):
-    """int32 when every index and offset fits, else int64."""
-    return np.dtype(np.int32) if max(shape[0], shape[1], nnz) <= _INT32_MAX else np.dtype(np.int64)
-
-
-def check_value_dtype(dtype, name):
-    dtype = np.dtype(dtype)
-    if dtype not in VALUE_DTYPES:
-        raise TypeError(f"{name} must have dtype float32 or float64, got {dtype}")
-    return dtype
+from . import arrays
+from .cache import MatrixCache
+from .dtypes import INDEX_DTYPES, check_value_dtype, index_dtype_for
+from .validation import check_sparse
 
 
 def canonical_csr(A, *, dtype=None, index_dtype=None, name="A"):
     """A new scipy CSR matrix equal to ``A``: sorted indices, duplicates summed.
 
-    ``A`` itself is never modified.  ``dtype`` (float32/float64) defaults to float64 for
-    float64 input and float32 otherwise; ``index_dtype`` defaults to int32 where it fits.
+    ``A``'s structure is checked first (:func:`numbasparse.validation.check_sparse`: indices in
+    range, ``indptr`` monotone, ...), and ``A`` itself is never modified.  ``dtype``
+    (float32/float64) defaults to float64 for float64 input and float32 otherwise;
+    ``index_dtype`` defaults to int32 where it fits.
     """
     if not sp.issparse(A):
         raise TypeError(f"{name} must be a scipy.sparse matrix or numbasparse.CSR, got {type(A).__name__}")
     if A.ndim != 2:
         raise ValueError(f"{name} must be 2-D, got {A.ndim}-D")
+    A = check_sparse(A, name)
     if dtype is None:
         dtype = np.float64 if A.dtype == np.float64 else np.float32
     dtype = check_value_dtype(dtype, "dtype")
     if A.dtype.kind not in "biuf":
         raise TypeError(f"{name} must have real numeric values, got {A.dtype}")
+    if not A.dtype.isnative:  # scipy cannot copy non-native values: convert them on the way
+        A = A.tocoo()
+        A = sp.coo_matrix((A.data.astype(A.data.dtype.newbyteorder("=")), (A.row, A.col)), shape=A.shape)
     csr = sp.csr_matrix(A, dtype=dtype, copy=True)
     csr.sum_duplicates()  # also sorts the indices
     if index_dtype is None:
         index_dtype = index_dtype_for(csr.shape, csr.nnz)
     index_dtype = np.dtype(index_dtype)
-    if index_dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+    if index_dtype not in INDEX_DTYPES:
         raise TypeError(f"index_dtype must be int32 or int64, got {index_dtype}")
     if index_dtype == np.int32 and index_dtype_for(csr.shape, csr.nnz) != np.int32:
         raise ValueError(f"{name} is too large for int32 indices: use index_dtype=int64")
@@ -53,7 +49,9 @@ class CSR:
     Build it once with :meth:`from_scipy` and pass it wherever ``A`` is accepted, so that
     repeated calls do not upload the graph again.  ``indptr``, ``indices`` and ``data`` are
     Numba device arrays; a host copy (scipy) is kept for :meth:`to_scipy`, the CPU backend
-    and :meth:`transpose`.
+    and :meth:`transpose`.  What calls derive from the matrix (plans, bound launches, replays,
+    scratch) is kept in ``cache`` (:class:`numbasparse.cache.MatrixCache`, bounded);
+    :meth:`clear_cache` frees it.
     """
 
     def __init__(self, host):
@@ -61,9 +59,8 @@ class CSR:
 
         self._host = host
         self._shape, self._nnz, self._dtype = host.shape, int(host.nnz), host.dtype  # asked on every call
-        self._derived = {}  # device data built from this pattern once (e.g. HC-SpMM's row windows)
         self._values_on_device_only = False  # True for with_values(): _host holds the pattern only
-        self._bound = {}  # kernel launches with this matrix's arrays packed (launch.bind)
+        self.cache = MatrixCache()
         self.indptr = cuda.to_device(host.indptr)
         self.indices = cuda.to_device(host.indices)
         self.data = cuda.to_device(host.data)
@@ -93,6 +90,12 @@ class CSR:
     def index_dtype(self):
         return self._host.indices.dtype
 
+    def clear_cache(self):
+        """Drop everything calls derived from this matrix (plans, bound launches, replayed calls,
+        scratch buffers), freeing their device memory; the next call rebuilds what it needs.
+        ``with_values`` copies share the pattern's plans and scratch, so theirs go too."""
+        self.cache.clear()
+
     def to_scipy(self):
         """A scipy.sparse.csr_matrix copy of this matrix."""
         if self._values_on_device_only:
@@ -106,10 +109,8 @@ class CSR:
 
         values: a CUDA array (Numba, CuPy, PyTorch) of ``nnz`` values of this matrix's dtype,
         in this matrix's (canonical) entry order, e.g. the output of ``sddmm``.  indptr and
-        indices, and what was derived from them (HC-SpMM's row windows), are shared.
+        indices, and what was derived from them (plans, scratch), are shared.
         """
-        from . import arrays
-
         v = arrays.dense(values, "values", 1)
         if not v.on_device:
             raise TypeError("values must be a CUDA array (the CSR lives on the GPU)")
@@ -120,7 +121,7 @@ class CSR:
         other = object.__new__(CSR)
         other.__dict__.update(self.__dict__)
         other.data = v.array
-        other._bound = {}  # bound launches hold the data pointer: not shared
+        other.cache = MatrixCache(pattern=self.cache)  # bound launches and replays hold the values' pointer
         other._values_on_device_only = True
         return other
 

@@ -5,6 +5,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import api, arrays, dispatch
+from .cuda.device import gpu_present
 from .csr import CSR, canonical_csr
 
 REORDERINGS = (None, "louvain", "loa")
@@ -28,7 +29,7 @@ class Plan:
         if backend not in dispatch.BACKENDS:
             raise ValueError(f"backend must be one of {dispatch.BACKENDS}, got {backend!r}")
         if backend == "auto":
-            backend = "cuda" if dispatch.gpu_present() else "cpu"
+            backend = "cuda" if gpu_present() else "cpu"
         self.shape, self.nnz, self.backend, self.algorithm = host.shape, host.nnz, backend, algorithm
         self.reorder = reorder
         t0 = time.perf_counter()
@@ -61,7 +62,6 @@ class Plan:
                                         numbered.indptr.astype(host.indptr.dtype)), shape=host.shape)
             self._canonical = host
         self.A = CSR(self._host) if backend == "cuda" else self._host
-        self._device_index = {}
         self.preprocess_seconds = time.perf_counter() - start
 
     def __repr__(self):
@@ -69,15 +69,14 @@ class Plan:
                 f"backend={self.backend}, preprocess {self.preprocess_seconds * 1e3:.1f} ms>")
 
     def _index(self, name, op):
-        """The permutation as an array where ``op`` lives (cached per name)."""
+        """The permutation as an array where ``op`` lives (on the device: uploaded once, kept in
+        the device matrix's cache)."""
         values = {"perm": self.perm, "inverse": self.inverse, "entries": self._entry_inverse}[name]
         if not op.on_device:
             return values
-        if name not in self._device_index:
-            from numba import cuda
+        from numba import cuda
 
-            self._device_index[name] = cuda.to_device(values)
-        return self._device_index[name]
+        return self.A.cache.get_or_build("plans", ("plan_index", name), lambda: cuda.to_device(values))
 
     def _gather(self, op, name, shape):
         """Rows of ``op`` taken in the order of index ``name`` (a new array of op's kind)."""

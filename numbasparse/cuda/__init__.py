@@ -1,7 +1,11 @@
 """CUDA kernels (``numba.cuda.jit``), one module per kernel family.
 
-Each module holds compile-once kernel factories and a host-side launcher that takes a
-:class:`numbasparse.CSR` and device arrays; :mod:`numbasparse.dispatch` picks among them.
+Each family module (``hp``, ``slab``, ``crc``, ``sddmm_warp``, ``hc``, ``tiled``, ``fused``,
+``gather``, ``fill``) holds its launch rules, its plan (kept in the matrix's cache), compile-once
+kernel factories and a host-side launcher that takes a :class:`numbasparse.CSR` and device
+arrays; :mod:`numbasparse.dispatch` picks among them.  Shared below them: ``launch`` (the only
+code that knows Numba's launch ABI and the driver), ``device`` (device queries, grid helpers),
+``intrinsics`` (warp and memory intrinsics that also run on the simulator) and ``reductions``.
 """
 
 
@@ -11,7 +15,8 @@ def kernel_configs():
     import numba
     import numpy as np
 
-    from . import crc, fused, gather, hc, hp, reductions, sddmm_warp, slab, tiled
+    from .. import reductions
+    from . import crc, fill, fused, gather, hc, hp, sddmm_warp, slab, tiled
 
     configs = []
     for value, index in (("<f4", "<i4"), ("<f8", "<i8")):
@@ -24,20 +29,21 @@ def kernel_configs():
             for lanes, vec, cf in ((32, 1, 1), (32, 2, 1), (32, 4, 1), (32, 4, 2), (16, 4, 1), (16, 4, 2), (16, 2, 2),
                                    (16, 1, 2), (8, 4, 1), (8, 4, 2), (4, 4, 1), (4, 2, 1)):
                 for depth in (1, 2) if (lanes, vec, cf) in ((32, 4, 1), (32, 2, 1), (16, 4, 1), (8, 4, 1), (32, 1, 1)) else (1,):
-                    for prefilled in (True, False):
-                        configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} prefilled={prefilled} "
+                    for single in (False, True):
+                        configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single={single} "
                                         f"{reduce} {value}/{index}",
-                                        hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, prefilled),
+                                        hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, single),
                                         (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1])))
         for reduce, code in reductions.CODES.items():
-            for vec in (v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.SLAB_VECTOR_BYTES):
-                depth = slab.slab_depth(vec, np.dtype(value).itemsize)
+            for vec in (v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.VECTOR_BYTES):
+                depth = slab.gather_depth(vec, np.dtype(value).itemsize)
+                config = slab.DEFAULT
                 configs.append((f"spmm_slab vec={vec} depth={depth} {reduce} {value}/{index}",
-                                slab.spmm_slab_kernel(code, vec, depth, slab.SLAB_WARPS, value, index,
-                                                      slab.SLAB_VECTOR_RED, slab.SLAB_COLUMN_FIRST),
+                                slab.spmm_slab_kernel(code, vec, depth, config.warps, value, index, config.vector_red,
+                                                      config.column_first),
                                 (*csr, I[::1], I[::1], I[::1], I[::1], V[:, ::1], V[:, ::1])))
-        configs.append((f"zero_fill {value}", hp.zero_fill_kernel(value), (V[:, ::1],)))
-        configs.append((f"fill_rows {value}/{index}", hp.fill_rows_kernel(value, index), (I[::1], I[::1], V[:, ::1], V, V)))
+        configs.append((f"fill_all {value}", fill.fill_all_kernel(value), (V[:, ::1],)))
+        configs.append((f"fill_rows {value}/{index}", fill.fill_rows_kernel(value, index), (I[::1], I[::1], V[:, ::1], V, V)))
         for vec, group in ((1, 1), (4, 8), (4, 32), (2, 32)):
             configs.append((f"sddmm_hp vec={vec} group={group} {value}/{index}",
                             hp.sddmm_hp_kernel(vec, group, value),

@@ -3,19 +3,21 @@
 Both kernels read A in CSR with no preprocessing and support every reduction of
 :mod:`numbasparse.cuda.reductions`.
 """
-import functools
 
 import numba
 import numpy as np
 from numba import cuda
 
-from . import launch, reductions
+from .. import reductions
+from . import launch
+from .device import ROW_WARPS_PER_BLOCK, WARP_SIZE, row_warp_grid
+from .reductions import combine, finalize
 from .intrinsics import syncwarp
 
-WARP = launch.WARP_SIZE
+WARP = WARP_SIZE
 
 
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def spmm_crc_cwm_kernel(reduce_code, cf, value_dtype, index_dtype):
     """Compile-once factory for the CRC kernel with coarsening factor ``cf`` (1 = plain CRC).
 
@@ -28,14 +30,13 @@ def spmm_crc_cwm_kernel(reduce_code, cf, value_dtype, index_dtype):
     outputs, so one load of the sparse row serves ``cf`` warps' worth of columns and the
     ``cf`` independent loads of B are in flight together (ILP).
     """
-    warps = launch.ROW_WARPS_PER_BLOCK
+    warps = ROW_WARPS_PER_BLOCK
     cache_size = warps * WARP  # shared-memory shapes must be compile-time constants
     value_type = numba.from_dtype(np.dtype(value_dtype))
     index_type = numba.from_dtype(np.dtype(index_dtype))
     init = np.dtype(value_dtype).type(reductions.initial(reduce_code))
     zero = np.dtype(value_dtype).type(0)
     tile = WARP * cf
-    combine, finalize = reductions.combine, reductions.finalize
 
     @cuda.jit
     def spmm_crc_cwm(indptr, indices, data, B, C):
@@ -81,5 +82,5 @@ def spmm_crc_cwm(A, B, C, reduce, *, cf, stream=0):
     if m == 0 or n == 0:
         return
     kernel = spmm_crc_cwm_kernel(reductions.CODES[reduce], cf, C.dtype.str, A.indices.dtype.str)
-    grid, block = launch.row_warp_grid(m, n, WARP * cf)
+    grid, block = row_warp_grid(m, n, WARP * cf)
     launch.run(kernel, grid, block, stream, A.indptr, A.indices, A.data, B, C)

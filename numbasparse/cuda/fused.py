@@ -6,7 +6,6 @@ The fused kernels never write the nnz intermediate: each warp owns a row, comput
 score and immediately accumulates ``score * Z[j]`` into registers, so, unlike the report's
 kernel blocked over the sparse matrix, no atomics are needed.
 """
-import functools
 import math
 
 import numba
@@ -14,20 +13,21 @@ import numpy as np
 from numba import cuda
 
 from . import launch
+from .device import ROW_WARPS_PER_BLOCK, WARP_SIZE, cdiv, row_warp_grid
 from .intrinsics import shfl_down, shfl_idx, warp_sum
 
-WARP = launch.WARP_SIZE
+WARP = WARP_SIZE
 #: Output columns per lane per pass (grid.y covers wider outputs): 32 * 8 = 256 per warp.
 MAX_PER_LANE = 8
 
 
 def per_lane(n_cols):
     """Accumulators per lane for an output of ``n_cols`` columns: 1, 2, 4 or 8."""
-    need = max(1, launch.cdiv(n_cols, WARP))
+    need = max(1, cdiv(n_cols, WARP))
     return min(MAX_PER_LANE, 1 << (need - 1).bit_length())
 
 
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def fused_row_kernel(q, value_dtype, softmax):
     """Compile-once factory of the fused ``(A ⊙ (X Y^T)) Z`` kernel (``softmax`` False) and of
     fused graph attention ``softmax_row(A ⊙ (Q K^T)) V`` (True, with X, Y, Z = Q, K, V).
@@ -43,7 +43,7 @@ def fused_row_kernel(q, value_dtype, softmax):
     zero = np.dtype(value_dtype).type(0)
     one = np.dtype(value_dtype).type(1)
     lowest = np.dtype(value_dtype).type(-np.inf)
-    warps = launch.ROW_WARPS_PER_BLOCK
+    warps = ROW_WARPS_PER_BLOCK
 
     @cuda.jit
     def fused_row(indptr, indices, data, X, Y, Z, out):
@@ -87,7 +87,7 @@ def fused_row_kernel(q, value_dtype, softmax):
     return fused_row
 
 
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def edge_softmax_kernel(value_dtype):
     """Compile-once factory of the per-row softmax over stored values (unfused attention).
 
@@ -96,7 +96,7 @@ def edge_softmax_kernel(value_dtype):
     """
     zero = np.dtype(value_dtype).type(0)
     lowest = np.dtype(value_dtype).type(-np.inf)
-    warps = launch.ROW_WARPS_PER_BLOCK
+    warps = ROW_WARPS_PER_BLOCK
 
     @cuda.jit
     def edge_softmax(indptr, values, out):
@@ -138,7 +138,7 @@ def _fused_row(A, X, Y, Z, out, softmax, stream):
     if m == 0 or n == 0:
         return
     q = per_lane(n)
-    grid, block = launch.row_warp_grid(m, n, WARP * q)
+    grid, block = row_warp_grid(m, n, WARP * q)
     launch.run(fused_row_kernel(q, out.dtype.str, softmax), grid, block, stream, A.indptr, A.indices, A.data, X, Y,
                Z, out)
 
@@ -148,5 +148,5 @@ def edge_softmax(A, values, out, *, stream=0):
     m = A.shape[0]
     if m == 0 or A.nnz == 0:
         return
-    grid, block = launch.row_warp_grid(m, 1, 1)
+    grid, block = row_warp_grid(m, 1, 1)
     launch.run(edge_softmax_kernel(out.dtype.str), grid, block, stream, A.indptr, values, out)

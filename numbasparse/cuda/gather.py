@@ -1,14 +1,12 @@
 """Row gathers for reordered graphs: ``dst[i] = src[index[i]]`` (2-D) and ``dst[i] = src[index[i]]`` (1-D)."""
-import functools
 
 from numba import cuda
 
 from . import launch
+from .device import grid_stride_grid
 
-THREADS = 256
 
-
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def gather_rows_kernel():
     """Thread mapping: one thread per element of ``dst``, grid-stride; consecutive threads
     copy consecutive columns of a row, so both the read and the write are coalesced."""
@@ -23,7 +21,7 @@ def gather_rows_kernel():
     return gather_rows
 
 
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def gather_kernel():
     """Thread mapping: one thread per element of ``dst``, grid-stride."""
 
@@ -40,6 +38,5 @@ def gather(src, index, dst, *, stream=0):
     size = dst.shape[0] * (dst.shape[1] if len(dst.shape) == 2 else 1)
     if size == 0:
         return
-    blocks = min(launch.cdiv(size, THREADS), launch.device_limits()[0] * 16)
     kernel = gather_rows_kernel() if len(dst.shape) == 2 else gather_kernel()
-    launch.run(kernel, blocks, THREADS, stream, src, index, dst)
+    launch.run(kernel, *grid_stride_grid(size), stream, src, index, dst)

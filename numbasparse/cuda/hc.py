@@ -2,18 +2,18 @@
 computation on CUDA cores, or a CUDA-core path over the window's CSR entries, in one launch;
 and the fused GCN layer ``(A @ X) @ W`` built from the same two paths (paper 001, section V-A).
 
-Which path each window takes is the caller's ``use_tiles`` boolean array; the logistic-regression
-selector in :mod:`numbasparse.select` fills it.  The windows' arrays come from
-:func:`numbasparse.cpu.row_windows.row_windows` (``RowWindows.DEVICE_FIELDS``, on the device).
+Which path each window takes is a boolean array per window (:func:`paths`): the
+logistic-regression selector of :mod:`numbasparse.select` fills it, or a forced mode.  The
+windows' arrays come from :func:`numbasparse.preprocess.row_windows.row_windows`, uploaded once
+per pattern (:func:`windows`).
 """
-import functools
-
 import numba
 import numpy as np
 from numba import cuda
 
-from ..cpu.row_windows import TILE_COLS, WINDOW
+from ..preprocess.row_windows import TILE_COLS, WINDOW, row_windows
 from . import launch
+from .device import cdiv
 
 THREADS = 128             # 4 warps per window
 COLS = 32                 # output columns per pass: thread t owns columns t % 8 + 8 q, q < 4
@@ -24,7 +24,7 @@ FUSED_K = 256             # columns of A @ X kept in shared memory by the fused 
 assert WINDOW * TILE_COLS == THREADS  # one thread per slot of a 16x8 tile
 
 
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def window_paths(value_dtype, index_dtype):
     """The device function ``window_into(acc, w, col0, use_tiles, ...)``: each thread's 4
     accumulators set to its part of window w's product with 32 columns of B (from ``col0``), on
@@ -119,7 +119,7 @@ def window_paths(value_dtype, index_dtype):
     return window_into
 
 
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def spmm_hc_kernel(value_dtype, index_dtype):
     """Compile-once factory of the hybrid HC-SpMM kernel (sum).
 
@@ -150,7 +150,7 @@ def spmm_hc_kernel(value_dtype, index_dtype):
     return spmm_hc
 
 
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def spmm_dense_kernel(value_dtype, index_dtype):
     """Compile-once factory of the fused GCN layer ``out = (A @ X) @ W`` (paper 001, section
     V-A: aggregation and update in one kernel, the aggregated rows kept in shared memory).
@@ -205,28 +205,52 @@ def spmm_dense_kernel(value_dtype, index_dtype):
     return spmm_dense
 
 
-def _window_args(A, windows, use_tiles):
-    return (A.indptr, A.indices, A.data, *(windows[name] for name in
+def windows(A):
+    """HC-SpMM's row windows of A: (RowWindows on the host, dict of its device arrays named as
+    ``RowWindows.DEVICE_FIELDS``), built on first use and kept in A's cache."""
+    def build():
+        host = row_windows(A._host)
+        return host, {name: cuda.to_device(getattr(host, name)) for name in host.DEVICE_FIELDS}
+    return A.cache.get_or_build("plans", ("row_windows",), build)
+
+
+def paths(A, mode):
+    """Device boolean array, per row window: True -> dense-tile path.  ``mode`` is "hybrid"
+    (the logistic-regression selector, :mod:`numbasparse.select`), "tiles" or "cores"."""
+    def build():
+        from .. import select
+
+        host, _ = windows(A)
+        if mode == "hybrid":
+            choice = select.use_tiles(host)
+        else:
+            choice = np.full(host.n_windows, mode == "tiles", np.bool_)
+        return cuda.to_device(choice)
+    return A.cache.get_or_build("plans", ("hc_paths", mode), build)
+
+
+def _window_args(A, use_tiles):
+    device_windows = windows(A)[1]
+    return (A.indptr, A.indices, A.data, *(device_windows[name] for name in
             ("col_ptr", "cols", "tile_ptr", "entry_ptr", "tile_entry", "tile_slot")), use_tiles)
 
 
-def spmm_hc(A, windows, use_tiles, B, C, *, stream=0):
-    """Launch HC-SpMM: ``C = A @ B``, window w on the dense-tile path where ``use_tiles[w]``.
-
-    ``windows``: dict of device arrays named as ``RowWindows.DEVICE_FIELDS``.
-    """
+def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid"):
+    """Launch HC-SpMM: ``C = A @ B`` (sum only), each window on the path ``mode`` gives it
+    (:func:`paths`)."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
     kernel = spmm_hc_kernel(C.dtype.str, A.indices.dtype.str)
-    grid = (launch.cdiv(m, WINDOW), launch.cdiv(n, COLS))
-    launch.run(kernel, grid, THREADS, stream, *_window_args(A, windows, use_tiles), B, C)
+    grid = (cdiv(m, WINDOW), cdiv(n, COLS))
+    launch.run(kernel, grid, THREADS, stream, *_window_args(A, paths(A, mode)), B, C)
 
 
-def spmm_dense(A, windows, use_tiles, X, W, out, *, stream=0):
-    """Launch the fused GCN layer: ``out = (A @ X) @ W`` (sum aggregation)."""
+def spmm_dense(A, X, W, out, *, stream=0, mode="hybrid"):
+    """Launch the fused GCN layer: ``out = (A @ X) @ W`` (sum aggregation), windows on the paths
+    ``mode`` gives them (default: the selector's)."""
     m, f = out.shape
     if m == 0 or f == 0:
         return
     kernel = spmm_dense_kernel(out.dtype.str, A.indices.dtype.str)
-    launch.run(kernel, launch.cdiv(m, WINDOW), THREADS, stream, *_window_args(A, windows, use_tiles), X, W, out)
+    launch.run(kernel, cdiv(m, WINDOW), THREADS, stream, *_window_args(A, paths(A, mode)), X, W, out)

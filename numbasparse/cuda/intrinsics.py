@@ -19,8 +19,9 @@ import threading
 from numba import cuda, types
 from numba.cuda import config
 
+from .device import WARP_SIZE
+
 FULL_MASK = 0xFFFFFFFF
-WARP_SIZE = 32
 
 if not config.ENABLE_CUDASIM:
 
@@ -101,12 +102,10 @@ def _item_pointer(context, builder, sig, args, column_first=False):
     ``(arr, i, j)``.  For a C-contiguous ``arr`` and a signed row index of at most 32 bits (the
     int32 column indices of a CSR) the row's offset is ``i * stride`` as one 32 x 32 -> 64-bit
     multiply (``mul.wide.s32``; rows shorter than MAX_ROW_BYTES) instead of a 64-bit multiply
-    and its carries (A/B on the H100: HP-SpMM 1.00-1.06x, geomean 1.02).  With ``column_first``
-    the column's address ``&arr[0, j]`` is formed first and the row offset added to it, so that
-    where j is loop-invariant the loop's address is one wide multiply-add (IMAD.WIDE); HP-SpMM
-    measured 0.86-0.94x with that order (h100-2026-11-23h/ab_item_pointer_isolated.txt), so it is
-    an option (the column-slab kernel uses it: 1.03-1.06x there).
-    No negative-index wrap-around in either case."""
+    and its carries.  With ``column_first`` the column's address ``&arr[0, j]`` is formed first
+    and the row offset added to it, so that where j is loop-invariant the loop's address is one
+    wide multiply-add (IMAD.WIDE): faster in the column-slab kernel, slower in HP-SpMM
+    (docs/internals.md).  No negative-index wrap-around in either case."""
     from llvmlite import ir
     from numba.core import cgutils
 
@@ -284,6 +283,19 @@ def _make_python_vector_load(width, column_first=False):  # pragma: no cover - s
 
 
 _vector_loads = {}
+
+
+def vector_width(n_cols, itemsize, *arrays):
+    """Widest of 4, 2, 1 elements that a :func:`vector_load` of rows of ``n_cols`` columns may
+    read: ``n_cols`` a multiple of the width and each array's base address aligned to
+    ``width * itemsize`` bytes (so every row starts aligned)."""
+    from .launch import MAX_ALIGNMENT, alignment
+
+    aligned_to = min((alignment(a) for a in arrays), default=MAX_ALIGNMENT)
+    for width in (4, 2):
+        if n_cols % width == 0 and aligned_to % (width * itemsize) == 0:
+            return width
+    return 1
 
 
 def vector_load(width, column_first=False):

@@ -1,16 +1,16 @@
 """Straightforward SDDMM with one warp per row of A."""
-import functools
 
 import numpy as np
 from numba import cuda
 
 from . import launch
+from .device import ROW_WARPS_PER_BLOCK, WARP_SIZE, row_warp_grid
 from .intrinsics import warp_sum
 
-WARP = launch.WARP_SIZE
+WARP = WARP_SIZE
 
 
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def sddmm_warp_row_kernel(value_dtype):
     """Compile-once factory of the warp-per-row SDDMM kernel.
 
@@ -18,7 +18,7 @@ def sddmm_warp_row_kernel(value_dtype):
     ``l`` multiplies ``X[i, k] * Y[j, k]`` for ``k = l, l + 32, ...`` (coalesced) and a
     shuffle reduction sums the 32 partial dot products; lane 0 writes ``a_ij * dot``.
     """
-    warps = launch.ROW_WARPS_PER_BLOCK
+    warps = ROW_WARPS_PER_BLOCK
     zero = np.dtype(value_dtype).type(0)
 
     @cuda.jit
@@ -46,5 +46,5 @@ def sddmm_warp_row(A, X, Y, out, *, stream=0):
     if m == 0 or A.nnz == 0:
         return
     kernel = sddmm_warp_row_kernel(out.dtype.str)
-    grid, block = launch.row_warp_grid(m, 1, 1)
+    grid, block = row_warp_grid(m, 1, 1)
     launch.run(kernel, grid, block, stream, A.indptr, A.indices, A.data, X, Y, out)

@@ -6,14 +6,15 @@ The algorithm is always ``C[i, :] = sum_p a_p * B[col_p, :]`` (reduce "sum"); a
 :class:`Schedule` only decides how threads, shared memory and registers cover it.
 :mod:`numbasparse.select.tuner` searches the schedules.
 """
-import functools
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 from numba import cuda
 
+from ..preprocess.rows import longest_first
 from . import launch
+from .device import cdiv
 
 SHARED_BYTES_MAX = 48 * 1024  # static shared memory per block
 THREADS_MAX = 1024
@@ -64,7 +65,7 @@ def schedule_space(value_itemsize=4, index_itemsize=4):
 CS267_SPMM = Schedule(m_tile=1, n_tile=32, reg_tile=1, nnz_tile=32, balance=False)
 
 
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def spmm_tiled_kernel(schedule, value_dtype, index_dtype):
     """Compile-once factory of the tiled SpMM kernel for one schedule.
 
@@ -126,20 +127,20 @@ def spmm_tiled_kernel(schedule, value_dtype, index_dtype):
 
 
 def row_order(A, balance):
-    """Rows longest first (G-Sparse's row load balancing) or in order, as int64 on the host."""
-    if not balance:
-        return np.arange(A.shape[0], dtype=np.int64)
-    return np.argsort(-np.diff(A.indptr.astype(np.int64)), kind="stable").astype(np.int64)
+    """Device array of A's rows in the order the tiled SpMM takes them: longest first (G-Sparse's
+    row load balancing) when ``balance``, else in order; once per pattern."""
+    return A.cache.get_or_build("plans", ("row_order", balance),
+                                lambda: cuda.to_device(longest_first(A._host.indptr, balance)))
 
 
 def spmm_tiled(A, order, B, C, schedule, *, stream=0):
-    """Launch the tiled SpMM ``C = A @ B`` with ``schedule``; ``order`` is the device copy of
-    :func:`row_order` for ``schedule.balance``."""
+    """Launch the tiled SpMM ``C = A @ B`` with ``schedule``; ``order``: :func:`row_order` for
+    ``schedule.balance``."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
     kernel = spmm_tiled_kernel(schedule, C.dtype.str, A.indices.dtype.str)
-    grid = (launch.cdiv(m, schedule.m_tile), launch.cdiv(n, schedule.cols_per_block))
+    grid = (cdiv(m, schedule.m_tile), cdiv(n, schedule.cols_per_block))
     launch.run(kernel, grid, (schedule.n_tile, schedule.m_tile), stream, A.indptr, A.indices, A.data, order, B, C)
 
 
@@ -181,7 +182,7 @@ def cs267_sddmm_schedule(k_cols):
     return SddmmSchedule(m_tile=1, group=4, k_tile=k_tile)
 
 
-@functools.lru_cache(maxsize=None)
+@launch.kernel_factory
 def sddmm_tiled_kernel(schedule, value_dtype):
     """Compile-once factory of the tiled SDDMM kernel for one schedule.
 
@@ -241,5 +242,5 @@ def sddmm_tiled(A, X, Y, out, schedule, *, stream=0):
     if m == 0 or A.nnz == 0:
         return
     kernel = sddmm_tiled_kernel(schedule, out.dtype.str)
-    launch.run(kernel, launch.cdiv(m, schedule.m_tile), schedule.threads, stream,
+    launch.run(kernel, cdiv(m, schedule.m_tile), schedule.threads, stream,
                A.indptr, A.indices, A.data, X, Y, out)

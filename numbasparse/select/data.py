@@ -4,7 +4,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from ..cpu.row_windows import WINDOW, row_windows
+from ..preprocess.row_windows import WINDOW, row_windows
 from .hc import window_features
 
 

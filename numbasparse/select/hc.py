@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from ..cpu.row_windows import WINDOW
+from ..preprocess.row_windows import WINDOW
 
 FEATURES = ("sparsity", "n_cols", "log2_n_cols", "row_nnz")
 MODEL_PATH = Path(__file__).with_name("hc_selector.json")

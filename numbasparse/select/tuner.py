@@ -35,11 +35,11 @@ class Device:
     def current(cls):
         from numba import cuda
 
-        from ..cuda import launch
+        from ..cuda.device import device_limits
 
         dev = cuda.get_current_device()
         name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        sms, threads_per_sm, _ = launch.device_limits()
+        sms, threads_per_sm, _ = device_limits()
         return cls(name, sms, threads_per_sm)
 
 
@@ -168,3 +168,69 @@ def tune(row_lengths, n_cols, time_schedule, device, *, top_k=8, value_itemsize=
     record = dict(best_ms=best_ms, timed=len(timed), space=len(ranked),
                   model_first=asdict(ranked[0]), model_first_ms=timed[0][0])
     return best, record
+
+
+def schedule_for(A, n_cols, dtype, op="spmm", *, top_k=8):
+    """G-Sparse schedule for (op, device CSR A, N, dtype): from A's cache, else the on-disk cache,
+    else the autotuner (cost-model ranking, the best ``top_k`` timed on this GPU, the winner
+    stored).  On the simulator, where timings mean nothing, the cost model's first choice."""
+    from ..cuda.device import simulator_enabled
+
+    key = ("tuned", op, n_cols, np.dtype(dtype).name)
+    schedule = A.cache.get("plans", key)
+    if schedule is not None:
+        return schedule
+    lengths = np.diff(A._host.indptr)
+    itemsizes = dict(value_itemsize=np.dtype(dtype).itemsize, index_itemsize=A.index_dtype.itemsize)
+    if simulator_enabled():
+        schedule = rank(lengths, n_cols, Device("simulator", 1), op=op, **itemsizes)[0]
+    else:
+        device = Device.current()
+        signature = A.cache.get_or_build("plans", ("signature",), lambda: graph_signature(A._host))
+        disk_key = cache_key(device.name, signature, n_cols, dtype, op)
+        schedule = load_cached(disk_key)
+        if schedule is None:
+            import time
+
+            start = time.perf_counter()
+            schedule, record = tune(lengths, n_cols, _timer(A, n_cols, dtype, op), device, top_k=top_k, op=op,
+                                    **itemsizes)
+            record["search_s"] = time.perf_counter() - start  # compiles included
+            store(disk_key, schedule, record)
+    return A.cache.put("plans", key, schedule)
+
+
+def _timer(A, n_cols, dtype, op="spmm"):
+    """``time(schedule) -> ms``: median of 5 launches between CUDA events on scratch operands,
+    after a warm-up launch (which compiles)."""
+    from numba import cuda
+
+    from ..cuda import tiled
+
+    if op == "spmm":
+        B = cuda.to_device(np.ones((A.shape[1], n_cols), dtype))
+        C = cuda.device_array((A.shape[0], n_cols), dtype)
+
+        def launch(schedule):
+            tiled.spmm_tiled(A, tiled.row_order(A, schedule.balance), B, C, schedule)
+    else:
+        X = cuda.to_device(np.ones((A.shape[0], n_cols), dtype))
+        Y = cuda.to_device(np.ones((A.shape[1], n_cols), dtype))
+        out = cuda.device_array(A.nnz, dtype)
+
+        def launch(schedule):
+            tiled.sddmm_tiled(A, X, Y, out, schedule)
+
+    def time_schedule(schedule, repeat=5):
+        launch(schedule)
+        cuda.synchronize()
+        times = []
+        for _ in range(repeat):
+            start, stop = cuda.event(), cuda.event()
+            start.record()
+            launch(schedule)
+            stop.record()
+            stop.synchronize()
+            times.append(cuda.event_elapsed_time(start, stop))
+        return float(np.median(times))
+    return time_schedule

@@ -123,17 +123,17 @@ def _sass(kernel):
 def test_hp_kernel_uses_16_byte_loads_of_B():
     """Hierarchical vectorized memory access: N=128 float32 rows are read with LDG.128, by the
     rule's layout (no spill) and by a forced 16-lane layout of two vectors per lane, whose
-    register cap (launch.HP_MAX_REGISTERS) costs it one 8-byte spill, no more; in both launch
-    modes (the single launch has no cap and no spill)."""
+    register cap (hp.MAX_REGISTERS) costs it one 8-byte spill, no more; in both launch modes (the
+    single launch has no cap and no spill)."""
     from numbasparse.cuda import hp
 
     A = ns.CSR.from_scipy(graphs.rmat(8, 4))
     B = cuda.to_device(np.ones((A.shape[1], 128), np.float32))
     C = cuda.device_array((A.shape[0], 128), np.float32)
-    for lanes, prefill, spills in ((None, True, 0), (16, True, 2), (None, False, 0), (16, False, 0)):
-        hp.spmm_hp(A, B, C, "sum", lanes=lanes, prefill=prefill)
-        lanes, vec, cf, depth = hp.spmm_hp_layout(A, 128, 4, B, lanes)
-        sass = _sass(hp.spmm_hp_kernel(0, lanes, vec, cf, "<f4", "<i4", depth, prefill))
+    for lanes, single, spills in ((None, False, 0), (16, False, 2), (None, True, 0), (16, True, 0)):
+        hp.spmm_hp(A, B, C, "sum", lanes=lanes, single=single)
+        lanes, vec, cf, depth = hp.spmm_layout(A, 128, 4, B, lanes)
+        sass = _sass(hp.spmm_hp_kernel(0, lanes, vec, cf, "<f4", "<i4", depth, single))
         assert "LDG.E.128" in sass
         assert sass.count("STL") <= spills
 
@@ -163,13 +163,18 @@ def test_torch_operands_compile_for_contiguous_arrays_and_take_the_fast_launch()
     C = ns.spmm(A, B, algorithm="hp")
     C = ns.spmm(A, B, algorithm="hp")  # the second call goes through the fast launch
     assert_close(C.cpu().numpy(), spmm_reference(A.to_scipy(), B.cpu().numpy()), np.float32)
-    lanes, vec, cf, depth = hp.spmm_hp_layout(A, 32, 4, DeviceView.of_torch(B))
-    (plan,) = (v for v in A._derived.values() if isinstance(v, hp.HPPlan))  # the launch mode the rule chose
-    kernel = hp.spmm_hp_kernel(reductions.SUM, lanes, vec, cf, "<f4", "<i4", depth, plan.prefilled)
+    lanes, vec, cf, depth = hp.spmm_layout(A, 32, 4, DeviceView.of_torch(B))
+    (plan,) = (v for v in A.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))  # the rule's launch mode
+    kernel = hp.spmm_hp_kernel(reductions.SUM, lanes, vec, cf, "<f4", "<i4", depth, plan.single)
     layouts = {getattr(t, "layout", "C") for signature in kernel.overloads for t in signature}
     assert layouts == {"C"}
     assert kernel in launch._fast_launch
 
+
+
+def replays(A):
+    """Replays kept in A's cache."""
+    return sum(isinstance(entry, ns.replay.Replay) for entry in A.cache.sections["replays"].values())
 
 
 def _freed_nan_block(torch, shape):
@@ -197,8 +202,8 @@ def test_repeated_torch_calls_are_replayed_with_fresh_operands(monkeypatch, grap
         _freed_nan_block(torch, (graph.shape[0], n))
         C = ns.spmm(A, B, reduce=reduce, algorithm=algorithm)
         assert_close(C.cpu().numpy(), spmm_reference(graph, B.cpu().numpy(), reduce), np.float32)
-    assert len(resolved) == 3  # calls 4-6 replayed the launches of call 3
-    assert len(A._bound["replays"]) == 1
+    assert len(resolved) == ns.replay.REPLAY_FROM_CALL - 1  # calls 4-6 replayed the launches of call 3
+    assert replays(A) == 1
 
 
 def test_a_replay_is_not_used_for_another_alignment_stream_or_dtype():
@@ -216,7 +221,7 @@ def test_a_replay_is_not_used_for_another_alignment_stream_or_dtype():
             side.synchronize()
             for result in (C, C_side):
                 assert_close(result.cpu().numpy(), spmm_reference(graph, B.cpu().numpy()), np.float32)
-    assert len(A._bound["replays"]) == 4  # one per stream and alignment of B
+    assert replays(A) == 4  # one per stream and alignment of B
     with pytest.raises(TypeError, match="float32 CSR"):
         ns.spmm(A, torch.randn(k, n, device="cuda", dtype=torch.float64))
     with pytest.raises(ValueError, match="columns"):
@@ -233,4 +238,4 @@ def test_repeated_torch_sddmm_is_replayed():
         _freed_nan_block(torch, (A.nnz,))
         S = ns.sddmm(A, X, Y)
         assert_close(S.cpu().numpy(), sddmm_reference(graph, X.cpu().numpy(), Y.cpu().numpy()), np.float32)
-    assert len(A._bound["replays"]) == 1
+    assert replays(A) == 1

@@ -6,19 +6,19 @@ import scipy.sparse as sp
 from numba import cuda
 
 from numbasparse import CSR
-from numbasparse.cpu.row_windows import RowWindows, row_windows
 from numbasparse.cuda import hc
 from numbasparse.reference import spmm_reference
 from strategies import assert_close
 
 
 def _setup(A, dtype, mode):
+    """A device CSR whose windows take the paths of ``mode``: "tiles", "cores" or "mixed"
+    (every other window on each path)."""
     dev = CSR.from_scipy(A, dtype=dtype)
-    rw = row_windows(dev.to_scipy())
-    use = {"tiles": np.ones, "cores": np.zeros}.get(mode, lambda k, dtype: np.arange(k) % 2 == 0)(
-        rw.n_windows, dtype=np.bool_)
-    windows = {name: cuda.to_device(getattr(rw, name)) for name in RowWindows.DEVICE_FIELDS}
-    return dev, windows, cuda.to_device(use)
+    if mode == "mixed":
+        windows, _ = hc.windows(dev)
+        dev.cache.put("plans", ("hc_paths", "mixed"), cuda.to_device(np.arange(windows.n_windows) % 2 == 0))
+    return dev
 
 
 def _graph(shape, rng, density=0.15):
@@ -32,9 +32,9 @@ def test_hc_paths_match_reference(mode, shape, n):
     rng = np.random.default_rng()
     A = _graph(shape, rng)
     B = rng.standard_normal((shape[1], n)).astype(np.float32)
-    dev, windows, use = _setup(A, np.float32, mode)
+    dev = _setup(A, np.float32, mode)
     C = cuda.to_device(np.full((shape[0], n), np.nan, np.float32))  # poisoned
-    hc.spmm_hc(dev, windows, use, cuda.to_device(B), C)
+    hc.spmm_hc(dev, cuda.to_device(B), C, mode=mode)
     assert_close(C.copy_to_host(), spmm_reference(A, B), np.float32)
 
 
@@ -42,9 +42,9 @@ def test_hc_dense_window_float64():
     rng = np.random.default_rng()
     A = sp.csr_matrix(rng.random((18, 12)))  # every slot of every tile is a nonzero
     B = rng.standard_normal((12, 5))
-    dev, windows, use = _setup(A, np.float64, "tiles")
+    dev = _setup(A, np.float64, "tiles")
     C = cuda.to_device(np.full((18, 5), np.nan))
-    hc.spmm_hc(dev, windows, use, cuda.to_device(B), C)
+    hc.spmm_hc(dev, cuda.to_device(B), C, mode="tiles")
     assert_close(C.copy_to_host(), A @ B, np.float64)
 
 
@@ -55,9 +55,9 @@ def test_fused_layer_matches_unfused(mode, k, f):
     A = _graph((21, 30), rng, 0.2)
     X = rng.standard_normal((30, k)).astype(np.float32)
     W = rng.standard_normal((k, f)).astype(np.float32)
-    dev, windows, use = _setup(A, np.float32, mode)
+    dev = _setup(A, np.float32, mode)
     out = cuda.to_device(np.full((21, f), np.nan, np.float32))
-    hc.spmm_dense(dev, windows, use, cuda.to_device(X), cuda.to_device(W), out)
+    hc.spmm_dense(dev, cuda.to_device(X), cuda.to_device(W), out, mode=mode)
     assert_close(out.copy_to_host(), spmm_reference(A, X) @ W.astype(np.float64), np.float32)
 
 
@@ -70,9 +70,9 @@ def test_fused_layer_wider_than_shared_memory(monkeypatch):
     monkeypatch.setattr(hc, "FUSED_K", 32)
     hc.spmm_dense_kernel.cache_clear()
     try:
-        dev, windows, use = _setup(A, np.float32, "mixed")
+        dev = _setup(A, np.float32, "mixed")
         out = cuda.to_device(np.full((16, 3), np.nan, np.float32))
-        hc.spmm_dense(dev, windows, use, cuda.to_device(X), cuda.to_device(W), out)
+        hc.spmm_dense(dev, cuda.to_device(X), cuda.to_device(W), out, mode="mixed")
     finally:
         hc.spmm_dense_kernel.cache_clear()
     assert_close(out.copy_to_host(), spmm_reference(A, X) @ W.astype(np.float64), np.float32)

@@ -7,64 +7,64 @@ from hypothesis import strategies as st
 from numba import cuda
 
 from numbasparse import CSR
-from numbasparse.cuda import hp, launch
+from numbasparse.cuda import device, hp, launch
 from numbasparse.reference import sddmm_reference, spmm_reference
 from strategies import N_COLS, assert_close, graphs, random_dense
 
 REDUCTIONS = ("sum", "mean", "max", "min")
 
 
-def run_hp(A, B, reduce, nnz_per_group=None, index_dtype=None, lanes=None, prefill=None):
+def run_hp(A, B, reduce, nnz_per_group=None, index_dtype=None, lanes=None, single=None):
     dev = CSR.from_scipy(A, dtype=B.dtype, index_dtype=index_dtype)
     C = cuda.to_device(np.full((A.shape[0], B.shape[1]), np.nan, B.dtype))  # poisoned
-    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=nnz_per_group, lanes=lanes, prefill=prefill)
+    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=nnz_per_group, lanes=lanes, single=single)
     return C.copy_to_host()
 
 
 @given(A=graphs(), n=st.sampled_from(N_COLS + (128, 260)), reduce=st.sampled_from(REDUCTIONS),
        nnz_per_group=st.sampled_from([1, 5, 32, 64, None]), lanes=st.sampled_from([None, 32, 8, 4]),
        dtype=st.sampled_from([np.float32, np.float64]),
-       index_dtype=st.sampled_from([np.int32, np.int64]), prefill=st.sampled_from([None, True, False]),
+       index_dtype=st.sampled_from([np.int32, np.int64]), single=st.sampled_from([None, True, False]),
        seed=st.integers(0, 2**32 - 1))
-def test_hp_matches_reference(A, n, reduce, nnz_per_group, lanes, dtype, index_dtype, prefill, seed):
+def test_hp_matches_reference(A, n, reduce, nnz_per_group, lanes, dtype, index_dtype, single, seed):
     B = random_dense(np.random.default_rng(seed), (A.shape[1], n), dtype)
-    C = run_hp(A, B, reduce, nnz_per_group, index_dtype, lanes, prefill)
+    C = run_hp(A, B, reduce, nnz_per_group, index_dtype, lanes, single)
     assert_close(C, spmm_reference(A, B, reduce), dtype)
 
 
 @pytest.mark.parametrize("reduce", REDUCTIONS)
-@pytest.mark.parametrize("prefill", [True, False])
-def test_row_split_across_many_warps(reduce, prefill):
-    """One heavy row cut into 7-entry pieces: every piece combines atomically (pre-filled C)
-    or through the last block to arrive."""
+@pytest.mark.parametrize("single", [False, True])
+def test_row_split_across_many_warps(reduce, single):
+    """One heavy row cut into 7-entry pieces: every piece combines atomically (filled C) or
+    through the row's last block (single launch)."""
     rng = np.random.default_rng()
     dense = np.zeros((4, 90))
     dense[1] = rng.standard_normal(90)
     dense[3, :5] = rng.standard_normal(5)
     A = sp.csr_matrix(dense)
     B = random_dense(rng, (90, 33), np.float32)
-    C = run_hp(A, B, reduce, nnz_per_group=7, prefill=prefill)
+    C = run_hp(A, B, reduce, nnz_per_group=7, single=single)
     assert np.all(C[[0, 2]] == 0)  # empty rows
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
 def test_lane_layout_rules():
-    assert launch.hp_lane_layout(32, 4, None) == (8, 4, 1)  # 4 nonzeros per warp step
-    assert launch.hp_lane_layout(64, 4, None) == (16, 4, 1)
-    assert launch.hp_lane_layout(128, 4, None) == (32, 4, 1)
-    assert launch.hp_lane_layout(256, 4, None) == (32, 4, 1)  # two column tiles
-    assert launch.hp_lane_layout(70, 4, None) == (32, 2, 1)
-    assert launch.hp_lane_layout(33, 4, None) == (32, 1, 1)
-    assert launch.hp_lane_layout(8, 4, None) == (4, 2, 1)
-    assert launch.hp_lane_layout(32, 4, None, lanes=32) == (32, 1, 1)  # a whole warp per group
-    assert launch.hp_lane_layout(128, 4, None, lanes=16) == (16, 4, 2)  # forced narrow: 2 vectors
+    assert hp.lane_layout(32, 4, None) == (8, 4, 1)  # 4 nonzeros per warp step
+    assert hp.lane_layout(64, 4, None) == (16, 4, 1)
+    assert hp.lane_layout(128, 4, None) == (32, 4, 1)
+    assert hp.lane_layout(256, 4, None) == (32, 4, 1)  # two column tiles
+    assert hp.lane_layout(70, 4, None) == (32, 2, 1)
+    assert hp.lane_layout(33, 4, None) == (32, 1, 1)
+    assert hp.lane_layout(8, 4, None) == (4, 2, 1)
+    assert hp.lane_layout(32, 4, None, lanes=32) == (32, 1, 1)  # a whole warp per group
+    assert hp.lane_layout(128, 4, None, lanes=16) == (16, 4, 2)  # forced narrow: 2 vectors
 
 
 def test_gather_depth_rule():
-    assert launch.hp_gather_depth(nnz=4000, nonempty_rows=100, width=4) == 2  # rows of 40
-    assert launch.hp_gather_depth(nnz=400, nonempty_rows=100, width=4) == 1  # rows of 4
-    assert launch.hp_gather_depth(nnz=4000, nonempty_rows=100, width=8) == 1  # would spill
-    assert launch.hp_gather_depth(nnz=0, nonempty_rows=0, width=4) == 1
+    assert hp.gather_depth(nnz=4000, nonempty_rows=100, width=4) == 2  # rows of 40
+    assert hp.gather_depth(nnz=400, nonempty_rows=100, width=4) == 1  # rows of 4
+    assert hp.gather_depth(nnz=4000, nonempty_rows=100, width=8) == 1  # would spill
+    assert hp.gather_depth(nnz=0, nonempty_rows=0, width=4) == 1
 
 
 @pytest.mark.parametrize("lanes", [4, 8, 16])
@@ -85,12 +85,12 @@ def test_lane_groups_split_rows_and_skip_empty_rows(lanes):
 
 
 def test_dtp_shrinks_work_per_warp_for_small_graphs(monkeypatch):
-    monkeypatch.setattr(launch, "device_limits", lambda: (132, 2048, 65536))
-    big = launch.hp_nnz_per_warp(30_000_000, 1)
-    small = launch.hp_nnz_per_warp(50_000, 1)
-    assert big == max(launch.HP_NNZ_PER_WARP)
-    assert small == min(launch.HP_NNZ_PER_WARP)
-    assert launch.hp_nnz_per_warp(3_000_000, 1) < big
+    monkeypatch.setattr(device, "device_limits", lambda: (132, 2048, 65536))
+    big = hp.nnz_per_warp(30_000_000, 1)
+    small = hp.nnz_per_warp(50_000, 1)
+    assert big == max(hp.NNZ_PER_WARP)
+    assert small == min(hp.NNZ_PER_WARP)
+    assert hp.nnz_per_warp(3_000_000, 1) < big
 
 
 @settings(max_examples=12)  # simulated shuffles are slow
@@ -129,7 +129,7 @@ def test_split_rows_over_several_column_tiles_and_repeated_calls(reduce):
 @pytest.mark.parametrize("reduce", REDUCTIONS)
 @pytest.mark.parametrize("nnz_per_group", [7, None])
 def test_batched_gathers_on_long_rows(reduce, nnz_per_group):
-    """Rows averaging over HP_GATHER_MIN_ROW entries take the batched path (depth-2 runs inside
+    """Rows averaging over GATHER_MIN_ROW entries take the batched path (depth-2 runs inside
     a row, single entries at run ends, row switches mid-chunk, empty rows, split rows)."""
     rng = np.random.default_rng()
     lengths = [0, 40, 17, 1, 0, 33, 2, 64, 25, 0, 19, 30]
@@ -138,8 +138,8 @@ def test_batched_gathers_on_long_rows(reduce, nnz_per_group):
         dense[i, rng.choice(70, n, replace=False)] = rng.standard_normal(n)
     A = sp.csr_matrix(dense)
     n_cols = 16  # lanes of 4 columns: width 4, batches of 2 entries
-    _, vec, cf = launch.hp_lane_layout(n_cols, 4, None)
-    assert launch.hp_gather_depth(A.nnz, np.count_nonzero(lengths), vec * cf) == 2
+    _, vec, cf = hp.lane_layout(n_cols, 4, None)
+    assert hp.gather_depth(A.nnz, np.count_nonzero(lengths), vec * cf) == 2
     B = random_dense(rng, (70, n_cols), np.float32)
     C = run_hp(A, B, reduce, nnz_per_group=nnz_per_group)
     assert np.all(C[np.array(lengths) == 0] == 0)
@@ -152,18 +152,11 @@ def test_zero_nnz_gives_zeros():
     assert np.all(C == 0)
 
 
-def test_prefill_rows_lists_empty_rows_and_rows_crossing_blocks():
-    indptr = np.array([0, 0, 5, 12, 12, 16, 30])  # rows of 0, 5, 7, 0, 4, 14 entries; blocks of 8
-    A = sp.csr_matrix((np.ones(30), np.arange(30) % 6, indptr), shape=(6, 6))
-    rows = hp.prefill_rows(CSR.from_scipy(A), 8)
-    assert rows.copy_to_host().tolist() == [0, 2, 3, 5]  # row 1 lies in block 0, row 4 in block 1
-
-
-@pytest.mark.parametrize("reduce,prefill", [("max", True), ("min", True)] + [(r, False) for r in REDUCTIONS])
-def test_block_merge_of_split_rows(reduce, prefill):
+@pytest.mark.parametrize("reduce,single", [("max", False), ("min", False)] + [(r, True) for r in REDUCTIONS])
+def test_block_merge_of_split_rows(reduce, single):
     """Rows split between the groups of one block (merged in shared memory), rows crossing
-    blocks (pre-filled, one atomic per block; or combined by the last of their blocks to
-    finish; the 130-entry row covers a whole block), empty rows between."""
+    blocks (filled, one atomic per block; or combined by the last of their blocks to finish;
+    the 130-entry row covers a whole block), empty rows between."""
     rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5]  # blocks of 16 groups x 3 = 48 entries
     dense = np.zeros((len(lengths), 140))
@@ -171,7 +164,7 @@ def test_block_merge_of_split_rows(reduce, prefill):
         dense[i, rng.choice(140, n, replace=False)] = rng.standard_normal(n)
     A = sp.csr_matrix(dense)
     B = random_dense(rng, (140, 32), np.float32)
-    C = run_hp(A, B, reduce, nnz_per_group=3, lanes=8, prefill=prefill)
+    C = run_hp(A, B, reduce, nnz_per_group=3, lanes=8, single=single)
     assert np.all(C[np.array(lengths) == 0] == 0)
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
@@ -194,21 +187,30 @@ def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, dty
     for _ in range(3):
         B = random_dense(rng, (40, 16), dtype)
         C = cuda.to_device(np.full((len(lengths), 16), np.nan, dtype))
-        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=16, prefill=False)
+        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=16, single=True)
         assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), dtype)
     assert all(k is launches[0] for k in launches)  # the HP kernel only
-    (parts,) = [v for k, v in dev._derived.items() if isinstance(k[0], tuple)]
+    (parts,) = dev.cache.sections["scratch"].values()
     assert not parts.copy_to_host().any()
 
 
 def test_single_launch_rule_takes_short_rows_short_spans_and_few_empty_rows_per_group():
-    indptr = np.array([0, 0, 0, 4, 4, 9, 9, 9, 9, 12, 12])  # empty rows at 0, 0, 4, 9, 9, 9, 12
-    A = CSR.from_scipy(sp.csr_matrix((np.ones(12), np.arange(12) % 5, indptr), shape=(10, 5)))
-    assert hp.empty_rows_per_group(A, 4) == 4  # groups [0,4) [4,8) [8,12): 2, 1, 3 + 1 after the end
-    assert hp.empty_rows_per_group(A, 100) == 7
-    assert hp.crossing_span(A, 4) == 1 and hp.crossing_span(A, 2) == 2 and hp.crossing_span(A, 12) == 0
-    short, span = launch.HP_GATHER_MIN_ROW - 1, launch.HP_MAX_SINGLE_LAUNCH_SPAN
-    assert launch.hp_single_launch(short, span, launch.HP_MAX_ZEROED_ROWS)
-    assert not launch.hp_single_launch(short, span, launch.HP_MAX_ZEROED_ROWS + 1)
-    assert not launch.hp_single_launch(short, span + 1, 0)  # the last block would wait on too many
-    assert not launch.hp_single_launch(launch.HP_GATHER_MIN_ROW, 0, 0)  # long rows: memset + kernel
+    short, span = hp.GATHER_MIN_ROW - 1, hp.MAX_SINGLE_LAUNCH_SPAN
+    assert hp.single_launch(short, span, hp.MAX_ZEROED_ROWS)
+    assert not hp.single_launch(short, span, hp.MAX_ZEROED_ROWS + 1)
+    assert not hp.single_launch(short, span + 1, 0)  # the last block would wait on too many
+    assert not hp.single_launch(hp.GATHER_MIN_ROW, 0, 0)  # long rows: fill + kernel
+
+
+def test_plan_is_kept_in_the_matrix_cache_and_cleared():
+    rng = np.random.default_rng()
+    A = sp.random(30, 20, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    dev = CSR.from_scipy(A)
+    B = cuda.to_device(random_dense(rng, (20, 8), np.float32))
+    C = cuda.device_array((30, 8), np.float32)
+    hp.spmm_hp(dev, B, C, "sum")
+    assert any(isinstance(v, hp.HPPlan) for v in dev.cache.sections["plans"].values())
+    dev.clear_cache()
+    assert dev.cache.sizes() == {"plans": 0, "scratch": 0, "bound": 0, "replays": 0}
+    hp.spmm_hp(dev, B, C, "sum")  # rebuilt
+    assert_close(C.copy_to_host(), spmm_reference(A, B.copy_to_host(), "sum"), np.float32)

@@ -1,43 +1,17 @@
 """The fast launch's parameter packing, checked against a recording stand-in for the driver
 (no GPU needed: what reaches cuLaunchKernel is the slot buffer)."""
-import ctypes
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
-from numba.core import types
 
 from numbasparse.arrays import DeviceView
+from numbasparse.cache import MatrixCache
 from numbasparse.cuda import launch
-
-
-def view(shape, ptr, typestr="<f4"):
-    return DeviceView(None, {"shape": shape, "typestr": typestr, "data": (ptr, False), "version": 3})
+from fakes import stand_in_driver, view
 
 
 @pytest.fixture
 def driver(monkeypatch):
-    """Replaces the driver calls; ``calls`` holds (function, grid, block, stream, slot values)."""
-    calls = []
-
-    def cu_launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        pointers = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
-        slots = [ctypes.c_uint64.from_address(pointers[i]).value for i in range(fast.n_slots)]
-        calls.append((function, (gx, gy, gz), (bx, by, bz), stream, slots))
-        return (0,)
-
-    def cu_memset_d8_async(pointer, value, n_bytes, stream):
-        calls.append(("memset", pointer, value, n_bytes, stream))
-        return (0,)
-
-    monkeypatch.setattr(launch, "_driver", lambda: (cu_launch_kernel, cu_memset_d8_async))
-    compiled = SimpleNamespace(
-        _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle=1234)),
-        argument_types=(types.Array(types.int32, 1, "C"), types.Array(types.float32, 2, "C"),
-                        types.Array(types.float32, 2, "C"), types.int64, types.float32))
-    fast = launch._FastLaunch(compiled)
-    fast.n_slots = len(fast.slots)
-    return SimpleNamespace(calls=calls, fast=fast)
+    return stand_in_driver(monkeypatch)
 
 
 def test_launch_packs_arrays_in_numba_abi_and_scalars_as_c_values(driver):
@@ -88,12 +62,12 @@ def test_bind_without_a_fast_launch_gives_none():
 def test_run_bound_binds_at_the_second_call(driver, monkeypatch):
     kernel = object()
     monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
-    cache = {}
+    cache = MatrixCache()
     idx = view((5,), 4096, "<i4")
     for call in range(3):
         args = (idx, view((4, 3), 8192 * (call + 1)), view((4, 3), 1 << 20), 9, 1.0)
         launch.run_bound(cache, "k", kernel, 2, 32, 0, args, (1, 2))
-        assert isinstance(cache["k"], launch.BoundLaunch) == (call >= 1)
+        assert isinstance(cache.get("bound", "k"), launch.BoundLaunch) == (call >= 1)
         assert driver.calls[-1][4][7 + 4] == 8192 * (call + 1)  # B's data pointer of this call
     assert len(driver.calls) == 3
 
@@ -123,7 +97,8 @@ def test_a_driver_error_in_a_bound_launch_goes_to_numba_once(driver, monkeypatch
     kernel = Kernel()
     monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
     args = (view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384), 9, 1.0)
-    cache = {"k": launch.bind(kernel, 2, 32, args, variable=(1, 2))}
+    cache = MatrixCache()
+    cache.put("bound", "k", launch.bind(kernel, 2, 32, args, variable=(1, 2)))
     driver_calls = []
     monkeypatch.setattr(launch, "_driver", lambda: (lambda *a: driver_calls.append(a) or (1,), None))
     launch.run_bound(cache, "k", kernel, 2, 32, 0, args, (1, 2))
@@ -131,54 +106,10 @@ def test_a_driver_error_in_a_bound_launch_goes_to_numba_once(driver, monkeypatch
     assert numba_launches == [((2, 32, 0), args)]
 
 
-def bound_kernel(driver, monkeypatch, args, variable=(1, 2)):
-    """A kernel with the stand-in fast launch and ``{"k": its bound launch}``."""
+def test_a_bound_launch_holds_its_fixed_arguments(driver, monkeypatch):
+    """The scratch or matrix arrays a bound launch points to live as long as it does."""
     kernel = object()
     monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
-    return kernel, {"k": launch.bind(kernel, (7, 2), 64, args, variable)}
-
-
-def test_a_recorded_call_replays_its_memsets_and_launches_on_new_pointers(driver, monkeypatch):
-    idx, B, C = view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384)
-    kernel, cache = bound_kernel(driver, monkeypatch, (idx, B, C, 9, 1.0))
-    with launch.recording(B, C) as recorded:
-        launch.zero(C, 0)
-        launch.run_bound(cache, "k", kernel, (7, 2), 64, 0, (idx, B, C, 9, 1.0), (1, 2))
-    replay = recorded.replay()
-    issued = len(driver.calls)
-    assert replay((1 << 20, 1 << 21), 77)
-    memset, (function, grid, block, stream, slots) = driver.calls[issued:]
-    assert memset == ("memset", 1 << 21, 0, 48, 77)
-    assert (grid, block, stream) == ((7, 2, 1), (64, 1, 1), 77)
-    assert slots[7 + 4] == 1 << 20 and slots[16 + 4] == 1 << 21 and slots[4] == 4096
-
-
-def test_a_replay_refuses_operands_of_another_alignment(driver, monkeypatch):
-    """The vector width was chosen for the recorded operands' alignment."""
-    idx, B, C = view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384)
-    kernel, cache = bound_kernel(driver, monkeypatch, (idx, B, C, 9, 1.0))
-    with launch.recording(B, C) as recorded:
-        launch.run_bound(cache, "k", kernel, (7, 2), 64, 0, (idx, B, C, 9, 1.0), (1, 2))
-    issued = len(driver.calls)
-    assert not recorded.replay()((8192 + 4, 1 << 21), 0)
-    assert len(driver.calls) == issued
-
-
-@pytest.mark.parametrize("step", ["unbound launch", "first bound launch", "other array"])
-def test_a_call_with_a_step_it_cannot_replay_gives_no_replay(driver, monkeypatch, step):
-    idx, B, C = view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384)
-    kernel, cache = bound_kernel(driver, monkeypatch, (idx, B, C, 9, 1.0))
-    with launch.recording(B, C) as recorded:
-        if step == "unbound launch":
-            launch.run(kernel, 1, 32, 0, idx, B, C, 9, 1.0)
-        elif step == "first bound launch":  # binds only at the second call with this key
-            launch.run_bound(cache, "new key", kernel, 1, 32, 0, (idx, B, C, 9, 1.0), (1, 2))
-        else:
-            launch.zero(view((4, 3), 1 << 22), 0)
-    assert recorded.replay() is None
-
-
-def test_recording_ends_with_its_block():
-    with launch.recording() as recorded:
-        pass
-    assert recorded.replay() is not None and getattr(launch._recording, "current", None) is None
+    idx = view((5,), 4096, "<i4")
+    bound = launch.bind(kernel, 1, 32, (idx, view((4, 3), 8192), view((4, 3), 16384), 9, 1.0), variable=(1, 2))
+    assert bound.fixed[0] is idx and len(bound.fixed) == 3

@@ -1,4 +1,6 @@
 """Column-slab tiled SpMM on the simulator (or a GPU): tiles, segments, column tiles, dtypes."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -6,14 +8,16 @@ from numba import cuda
 
 from numbasparse import CSR, dispatch, graphs
 from numbasparse.cuda import slab
+from numbasparse.cuda.device import simulator_enabled
+from numbasparse.preprocess.slab_tiles import SlabTiles, slab_estimate
 from numbasparse.reference import spmm_reference
 from strategies import assert_close, random_dense
 
 
 @pytest.fixture(autouse=True)
 def few_warps(monkeypatch):
-    if dispatch.simulator_enabled():
-        monkeypatch.setattr(slab, "SLAB_WARPS", 2)  # the simulator runs a thread per thread
+    if simulator_enabled():  # the simulator runs a thread per thread
+        monkeypatch.setattr(slab, "DEFAULT", replace(slab.DEFAULT, warps=2))
 
 
 REDUCTIONS = ("sum", "mean", "max", "min")
@@ -38,23 +42,22 @@ def random_graph(rng, shape, lengths):
 # the shared-memory transpose.  The simulator's shuffles cost ~10-40 s per case here.
 @pytest.mark.parametrize("n_cols,reduce", [(70, "sum"), (70, "max"), (33, "min"), (8, "mean"), (136, "sum")])
 def test_slab_matches_reference_over_tiles_and_column_tiles(n_cols, reduce, monkeypatch):
-    monkeypatch.setattr(slab, "SLAB_MAX_SEGMENT", 3)  # long row pieces cut in three-entry segments
+    config = replace(slab.DEFAULT, max_segment=3)  # long row pieces cut in three-entry segments
     rng = np.random.default_rng()
     A = random_graph(rng, (14, 37), [0, 30, 5, 1, 0, 37, 12, 2, 9, 0, 20, 3, 7, 18])
     B = random_dense(rng, (37, n_cols), np.float32)
-    C = run_slab(A, B, reduce, slab_width=8, tile_nnz=10)  # 5 slabs, 1-4 windows each
+    C = run_slab(A, B, reduce, slab_width=8, tile_nnz=10, config=config)  # 5 slabs, 1-4 windows each
     assert np.all(C[[0, 4, 9]] == 0)
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
 @pytest.mark.parametrize("n_cols,reduce", [(136, "sum"), (70, "mean")])  # vec 4, 2
 def test_slab_transposed_flush_matches_reference(n_cols, reduce, monkeypatch):
-    monkeypatch.setattr(slab, "SLAB_VECTOR_RED", False)  # float32 sums: scalar atomics after a transpose
-    monkeypatch.setattr(slab, "SLAB_MAX_SEGMENT", 3)
+    config = replace(slab.DEFAULT, vector_red=False, max_segment=3)  # float32 sums: atomics after a transpose
     rng = np.random.default_rng()
     A = random_graph(rng, (10, 30), [0, 30, 5, 1, 0, 12, 2, 9, 20, 3])
     B = random_dense(rng, (30, n_cols), np.float32)
-    C = run_slab(A, B, reduce, slab_width=8, tile_nnz=8)
+    C = run_slab(A, B, reduce, slab_width=8, tile_nnz=8, config=config)
     assert np.all(C[[0, 4]] == 0)
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
@@ -78,7 +81,7 @@ def test_slab_zero_nnz_gives_zeros(reduce):
 def test_tiles_cover_every_entry_once_in_equal_tiles_and_balanced_warps():
     rng = np.random.default_rng()
     A = random_graph(rng, (20, 30), rng.integers(0, 30, 20))
-    tiles = slab.SlabTiles(A.indptr, A.indices, A.shape, slab_width=7, tile_nnz=9, max_segment=3, warps=2)
+    tiles = SlabTiles(A.indptr, A.indices, A.shape, slab_width=7, tile_nnz=9, max_segment=3, warps=2)
     assert np.all(tiles.seg_end - tiles.seg_start <= 3)
     covered = np.zeros(A.nnz, np.int64)
     for s, e in zip(tiles.seg_start, tiles.seg_end):
@@ -119,8 +122,8 @@ def test_estimate_tracks_the_tiling_on_uniform_columns():
     rng = np.random.default_rng(0)
     A = sp.random(400, 600, density=0.05, format="csr", random_state=rng)
     A.sort_indices()
-    tiles = slab.SlabTiles(A.indptr, A.indices, A.shape, slab_width=100, tile_nnz=1000, max_segment=10**9)
-    reuse, per_segment = slab.slab_estimate(400, 600, A.nnz, 100, 1000)  # ~200-row windows
+    tiles = SlabTiles(A.indptr, A.indices, A.shape, slab_width=100, tile_nnz=1000, max_segment=10**9, warps=32)
+    reuse, per_segment = slab_estimate(400, 600, A.nnz, 100, 1000)  # ~200-row windows
     assert reuse == pytest.approx(tiles.reuse(A.indptr, A.indices), rel=0.1)
     assert per_segment == pytest.approx(tiles.entries_per_segment, rel=0.1)
 
@@ -134,5 +137,5 @@ def test_auto_runs_the_slab_kernel_on_a_dense_graph():
     dev = CSR.from_scipy(A, dtype=np.float32)
     assert dispatch.slab_pays(A.shape, A.nnz, 64, 4)
     C = ns.spmm(dev, cuda.to_device(B)).copy_to_host()
-    assert any(isinstance(key, tuple) and key[0] == "spmm_slab" for key in dev._derived)
+    assert any(key[0] == "spmm_slab" for key in dev.cache.sections["plans"])
     assert_close(C, spmm_reference(A, B), np.float32)

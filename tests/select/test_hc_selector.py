@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse as sp
 
 from numbasparse import graphs
-from numbasparse.cpu.row_windows import row_windows
+from numbasparse.preprocess.row_windows import row_windows
 from numbasparse.select import FEATURES, Model, fit_logistic, load_model, use_tiles, window_features
 from numbasparse.select.data import synthetic_windows, window_groups
 from numbasparse.select.hc import MODEL_PATH

@@ -67,25 +67,26 @@ def test_sddmm_schedules_rank_and_cache(tmp_path, monkeypatch):
     assert tuner.load_cached(key) == ranked[0]
 
 
-def test_dispatch_tunes_once_then_uses_memory_and_disk(tmp_path, monkeypatch):
+def test_schedule_is_tuned_once_then_taken_from_memory_and_disk(tmp_path, monkeypatch):
     """The GPU path of algorithm="tuned", with the timing faked: tune on the first call,
-    remember the schedule on the CSR, and find it on disk for a new CSR of the same graph."""
-    from numbasparse import CSR, dispatch
+    remember the schedule in the CSR's cache, and find it on disk for a new CSR of the graph."""
+    from numbasparse import CSR
+    from numbasparse.cuda import device
 
     monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path / "t.json"))
-    monkeypatch.setattr(dispatch, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(device, "simulator_enabled", lambda: False)
     monkeypatch.setattr(tuner.Device, "current", classmethod(lambda cls: H100))
     calls = []
 
     def fake_timer(A, n_cols, dtype, op="spmm"):
         return lambda schedule: calls.append(schedule) or float(len(calls) % 3)
 
-    monkeypatch.setattr(dispatch, "_timer", fake_timer)
+    monkeypatch.setattr(tuner, "_timer", fake_timer)
     A = sp.random(40, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
-    first = dispatch.tuned_schedule(CSR.from_scipy(A), 16, np.float32)
+    first = tuner.schedule_for(CSR.from_scipy(A), 16, np.float32)
     assert len(calls) == 8 and first == calls[2]  # the third timed schedule "took" 0 ms
     dev = CSR.from_scipy(A)
-    assert dispatch.tuned_schedule(dev, 16, np.float32) == first and len(calls) == 8  # from disk
-    assert dispatch.tuned_schedule(dev, 16, np.float32) == first  # from the CSR's memory
-    sddmm = dispatch.tuned_schedule(dev, 16, np.float32, "sddmm")
+    assert tuner.schedule_for(dev, 16, np.float32) == first and len(calls) == 8  # from disk
+    assert tuner.schedule_for(dev, 16, np.float32) == first  # from the CSR's memory
+    sddmm = tuner.schedule_for(dev, 16, np.float32, "sddmm")
     assert len(calls) == 16 and sddmm == calls[8]  # its first 0 ms: call 9

@@ -1,0 +1,82 @@
+"""What numbasparse asks of the GPU, in one place: is there one, and its limits (SMs, threads and
+registers per SM) for occupancy."""
+import functools
+
+from numba import cuda
+
+WARP_SIZE = 32
+
+
+def simulator_enabled():
+    """True under the Numba CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)."""
+    from numba.cuda import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_present():
+    """True when a real CUDA GPU is usable (the simulator does not count)."""
+    if simulator_enabled():
+        return False
+    try:
+        return bool(cuda.is_available())
+    except Exception:  # a broken driver is the same as no GPU here
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def one_device():
+    """True with a single GPU (or the simulator): its limits and compiled kernels then need no
+    per-device lookup."""
+    return simulator_enabled() or len(cuda.gpus) == 1
+
+
+_limits = {}
+
+
+def device_limits():
+    """(SM count, max threads per SM, registers per SM) of the current device, asked once per
+    device (the query costs more than a kernel launch)."""
+    key = 0 if one_device() else cuda.get_current_device().id
+    limits = _limits.get(key)
+    if limits is None:
+        limits = _limits[key] = _query_limits()
+    return limits
+
+
+def _query_limits():
+    device = cuda.get_current_device()
+    if simulator_enabled():  # the simulator's device has no attributes: H100-like numbers
+        return 1, 2048, 65536
+    return (int(device.MULTIPROCESSOR_COUNT), int(device.MAX_THREADS_PER_MULTIPROCESSOR),
+            int(device.MAX_REGISTERS_PER_MULTIPROCESSOR))
+
+
+def blocks_per_sm(threads_per_block, registers_per_thread):
+    """Active blocks per SM, limited by threads and registers (paper 000, Eq. 3)."""
+    _, max_threads, max_registers = device_limits()
+    by_threads = max_threads // threads_per_block
+    by_registers = max_registers // max(1, registers_per_thread * threads_per_block)
+    return max(1, min(by_threads, by_registers, 32))
+
+
+def cdiv(a, b):
+    """Ceiling of a / b for non-negative integers."""
+    return -(-a // b)
+
+
+#: Warps per thread block of the kernels with one warp per row (CRC, CWM, SDDMM warp-per-row, fused).
+ROW_WARPS_PER_BLOCK = 4
+
+
+def row_warp_grid(n_rows, n_cols, cols_per_warp):
+    """(grid, block) for kernels with one warp per (row, tile of ``cols_per_warp`` columns):
+    blockIdx.x picks ROW_WARPS_PER_BLOCK consecutive rows, blockIdx.y the column tile."""
+    grid = (cdiv(n_rows, ROW_WARPS_PER_BLOCK), max(1, cdiv(n_cols, cols_per_warp)))
+    return grid, ROW_WARPS_PER_BLOCK * WARP_SIZE
+
+
+def grid_stride_grid(n_elements, threads=256):
+    """(blocks, threads) of a grid-stride kernel over ``n_elements``: at most 16 blocks per SM."""
+    return min(cdiv(n_elements, threads), device_limits()[0] * 16), threads

@@ -1,0 +1,63 @@
+"""Row bookkeeping of a CSR pattern for kernels that split work by nonzeros (HP-SpMM/SDDMM,
+paper 000): where each segment of nonzeros starts, and which rows a kernel must fill itself.
+
+All functions take ``indptr`` (any integer dtype) and work in int64."""
+import numpy as np
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def segment_rows(indptr, nnz_per_segment, index_dtype):
+    """The row holding the first nonzero of each segment of ``nnz_per_segment`` nonzeros (in
+    ``index_dtype``), so that a warp need not binary-search ``indptr`` (a chain of ~log2(M)
+    dependent loads, most of a short segment's time) to find where its work starts."""
+    indptr = np.asarray(indptr)
+    starts = np.arange(0, int(indptr[-1]), nnz_per_segment, dtype=np.int64)
+    return (np.searchsorted(indptr, starts, side="right") - 1).astype(index_dtype)
+
+
+def nonempty_rows(indptr):
+    """Number of rows with at least one stored entry."""
+    return int(np.count_nonzero(np.diff(indptr)))
+
+
+def rows_to_fill(indptr, block_nnz, index_dtype):
+    """The rows a kernel that merges split rows inside a thread block of ``block_nnz`` nonzeros
+    cannot write alone: empty rows, and rows whose nonzeros fall in more than one block.  They
+    are filled with the reduction's identity before the kernel runs."""
+    indptr = np.asarray(indptr, np.int64)
+    start, end = indptr[:-1], indptr[1:]
+    crossing = (start // block_nnz) != ((end - 1) // block_nnz)
+    return np.flatnonzero(crossing | (start == end)).astype(index_dtype)
+
+
+def crossing_span(indptr, block_nnz):
+    """The most blocks of ``block_nnz`` nonzeros a row spans after its first (0: no row crosses
+    a block boundary)."""
+    indptr = np.asarray(indptr, np.int64)
+    start, end = indptr[:-1], indptr[1:]
+    nonempty = end > start
+    spans = (end[nonempty] - 1) // block_nnz - start[nonempty] // block_nnz
+    return int(spans.max()) if spans.size else 0
+
+
+def empty_rows_per_group(indptr, nnz_per_group):
+    """The most empty rows one lane group of ``nnz_per_group`` nonzeros writes in a kernel that
+    fills empty rows itself: the empty rows whose ``indptr`` lies in its nonzeros, the last
+    group taking those after the last entry."""
+    indptr = np.asarray(indptr, np.int64)
+    nnz = int(indptr[-1])
+    at = indptr[:-1][indptr[1:] == indptr[:-1]]
+    owner = np.minimum(at // nnz_per_group, _cdiv(nnz, nnz_per_group) - 1)
+    return int(np.bincount(owner).max()) if owner.size else 0
+
+
+def longest_first(indptr, balance=True):
+    """Row order: longest rows first (G-Sparse's row load balancing) when ``balance``, else
+    0..M-1; int64."""
+    indptr = np.asarray(indptr, np.int64)
+    if not balance:
+        return np.arange(indptr.size - 1, dtype=np.int64)
+    return np.argsort(-np.diff(indptr), kind="stable").astype(np.int64)

@@ -1,0 +1,150 @@
+"""Replaying repeated calls: the GPU operations of a call, issued again on new operands.
+
+A public call on device operands spends most of its host time choosing what to launch:
+validation, dispatch, plans, keys (BENCHMARKS.md, "Host time per call").  A training loop
+repeats the same call on new tensors of the same shapes.  So every public function that takes
+a device matrix goes through :func:`call`:
+
+1. The call's signature: the :class:`~numbasparse.CSR`, the call's options, and for each
+   operand a C-contiguous CUDA ``torch.Tensor``'s shape, dtype, device and address alignment,
+   plus the current stream.  Other calls (scipy matrices, ``out=``, NumPy, CuPy, strided
+   tensors) have no signature and always make the full call.
+2. A signature's first REPLAY_FROM_CALL - 1 calls make the full call (validation, dispatch,
+   plans, launches).  The first compiles, the second binds its launches
+   (:func:`numbasparse.cuda.launch.run_bound` binds on a key's second call), and from the third
+   on the full call is recorded: every GPU operation it issues (bound launches and memsets) with
+   the operand each variable pointer came from.  A recording that holds an operation that cannot
+   be replayed (a launch through :func:`~numbasparse.cuda.launch.run`, a launch not yet bound,
+   an array that is not one of the call's operands) is dropped.
+3. From then on a call with that signature allocates its outputs and reissues the recorded
+   operations with the new data pointers: no validation or dispatch, which earlier calls with
+   the same signature already passed.  The replay checks the operands' alignment (which chose
+   the vector width) and falls back to the full call when it differs.
+
+Replays live in the ``replays`` section of the matrix's cache (:mod:`numbasparse.cache`).
+"""
+import contextlib
+
+from . import arrays
+from .csr import CSR
+from .cuda import launch
+
+#: The call of a signature that is first replayed (earlier ones compile, bind and record).
+REPLAY_FROM_CALL = 4
+
+
+def call(A, options, operands, out, new_outputs, full_call):
+    """The result of one public call: replayed when its signature has a replay, else
+    ``full_call(record)``, which validates, dispatches and launches inside
+    ``with record(*arrays):``, ``arrays`` being the device views of ``operands`` and of the
+    outputs in the order of ``new_outputs(*operands)`` (the tensors a replay allocates)."""
+    key = _signature(A, options, operands, out)
+    if key is None:
+        return full_call(_no_record)
+    entry = A.cache.get("replays", key)
+    if isinstance(entry, Replay):
+        outputs = new_outputs(*operands)
+        pointers = [x.data_ptr() for x in operands] + [y.data_ptr() for y in outputs]
+        if entry(pointers, key[-1]):
+            return outputs[0] if len(outputs) == 1 else outputs
+        entry = REPLAY_FROM_CALL - 1  # alignment differs, or the fast launch is off: record again
+    seen = (entry or 0) + 1
+
+    @contextlib.contextmanager
+    def record(*views):
+        if seen < REPLAY_FROM_CALL - 1:
+            yield
+            A.cache.put("replays", key, seen)
+            return
+        recording = Recording(views)
+        with launch.observing(recording):
+            yield
+        A.cache.put("replays", key, recording.replay() or seen)
+
+    return full_call(record)
+
+
+@contextlib.contextmanager
+def _no_record(*views):
+    yield
+
+
+def _signature(A, options, operands, out):
+    """The call's key in the ``replays`` section (the stream's driver handle its last item), or
+    None for a call that is not replayed."""
+    if out is not None or type(A) is not CSR:
+        return None
+    signatures = tuple(arrays.torch_signature(x) for x in operands)
+    if None in signatures:
+        return None
+    key = options, signatures, arrays.torch_stream_handle(signatures[0][2])
+    try:
+        hash(key)
+    except TypeError:  # an unhashable option: the full call says what is wrong with it
+        return None
+    return key
+
+
+class Recording:
+    """The GPU operations of one call (the observer of :func:`numbasparse.cuda.launch.observing`).
+    ``views``: the call's device arrays, recognised by identity."""
+
+    def __init__(self, views):
+        self.views = views
+        self.steps = []
+        self.replayable = True
+
+    def _roles(self, arrays_):
+        roles = [next((i for i, view in enumerate(self.views) if view is a), None) for a in arrays_]
+        return None if None in roles else roles
+
+    def launch(self, bound, arrays_):
+        roles = self._roles(arrays_)
+        if bound is None or roles is None:
+            self.replayable = False
+        else:
+            self.steps.append((bound, roles))
+
+    def unbound(self):
+        self.replayable = False
+
+    def memset(self, array, n_bytes):
+        roles = self._roles([array])
+        if roles is None:
+            self.replayable = False
+        else:
+            self.steps.append((n_bytes, roles))
+
+    def replay(self):
+        """The :class:`Replay` of what was recorded, or None if something cannot be replayed."""
+        if not self.replayable:
+            return None
+        alignments = tuple(launch.device_pointer(view) % launch.MAX_ALIGNMENT for view in self.views)
+        return Replay(tuple(self.steps), alignments)
+
+
+class Replay:
+    """A recorded call's GPU operations (bound launches and memsets), issued again by
+    ``replay(pointers, handle)`` on new operands: ``pointers`` their data pointers in the
+    recorded order, ``handle`` the driver handle of the stream.  The caller guarantees that the
+    operands have the recorded ones' shapes and dtypes; the replay checks their alignment and
+    returns False, issuing nothing, when it differs.  It also returns False when a launch's fast
+    path has been turned off, having issued the steps before it (which the caller's full call
+    then issues again)."""
+
+    __slots__ = ("steps", "alignments")
+
+    def __init__(self, steps, alignments):
+        self.steps, self.alignments = steps, alignments
+
+    def __call__(self, pointers, handle):
+        for pointer, alignment in zip(pointers, self.alignments):
+            if pointer % launch.MAX_ALIGNMENT != alignment:
+                return False
+        for step, roles in self.steps:
+            if isinstance(step, int):  # a memset of that many bytes
+                if launch.memset_zero(pointers[roles[0]], step, handle):
+                    return False
+            elif not step.replay([pointers[r] for r in roles], handle):
+                return False
+        return True

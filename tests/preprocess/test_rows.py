@@ -1,0 +1,31 @@
+"""Row bookkeeping of a pattern for kernels that split work by nonzeros (host only)."""
+import numpy as np
+
+from numbasparse.preprocess import rows
+
+
+def test_segment_rows_name_the_row_of_each_segments_first_entry():
+    indptr = np.array([0, 0, 5, 12, 12, 16, 30])  # rows of 0, 5, 7, 0, 4, 14 entries
+    assert rows.segment_rows(indptr, 8, np.int32).tolist() == [1, 2, 5, 5]  # entries 0, 8, 16, 24
+    assert rows.segment_rows(indptr, 8, np.int64).dtype == np.int64
+
+
+def test_rows_to_fill_lists_empty_rows_and_rows_crossing_blocks():
+    indptr = np.array([0, 0, 5, 12, 12, 16, 30])  # rows of 0, 5, 7, 0, 4, 14 entries; blocks of 8
+    assert rows.rows_to_fill(indptr, 8, np.int32).tolist() == [0, 2, 3, 5]  # row 1 in block 0, row 4 in block 1
+
+
+def test_empty_rows_per_group_and_crossing_span():
+    indptr = np.array([0, 0, 0, 4, 4, 9, 9, 9, 9, 12, 12])  # empty rows at 0, 0, 4, 9, 9, 9, 12
+    assert rows.empty_rows_per_group(indptr, 4) == 4  # groups [0,4) [4,8) [8,12): 2, 1, 3 + 1 after the end
+    assert rows.empty_rows_per_group(indptr, 100) == 7
+    assert rows.crossing_span(indptr, 4) == 1 and rows.crossing_span(indptr, 2) == 2
+    assert rows.crossing_span(indptr, 12) == 0
+    assert rows.empty_rows_per_group(np.array([0, 3, 5]), 2) == 0
+
+
+def test_nonempty_rows_and_longest_first():
+    indptr = np.array([0, 2, 2, 7, 8])
+    assert rows.nonempty_rows(indptr) == 3
+    assert rows.longest_first(indptr).tolist() == [2, 0, 3, 1]
+    assert rows.longest_first(indptr, balance=False).tolist() == [0, 1, 2, 3]
