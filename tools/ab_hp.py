@@ -2,31 +2,31 @@
 
     git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py   # the baseline (not committed)
     python tools/ab_hp.py [--ops spmm,spmm_max,sddmm] [--n 32,64,128,256] [--baseline MODULE]
-                          [--variants MODULE,...] GRAPH...
+                          [--variants MODULE,...] [--events] GRAPH...
 
 GRAPH is default, rmat:SCALE, sampled:SPEC (32 GraphSAINT-style subgraphs of SPEC, one call
 each, as the benchmark's sampled workload) or the name of a graph in .data/.  Each case checks
 every result against a float64 reference first and prints the microseconds of the baseline and of
 each variant (default: numbasparse.cuda.hp, "new") and baseline/variant.  A variant is a module,
-optionally with HP-SpMM rule overrides after a colon, "/"-separated: ``hp:depth=3``,
-``hp:layout=32.2.1`` (lanes.vec.cf), ``hp:depth=2/layout=16.4.1``, ``hp:prefill=1`` (the memset
-and atomics path; 0: the single launch) ("hp" is numbasparse.cuda.hp): no copy of hp.py is needed
-to time a depth, a lane layout or either launch mode.
+optionally with HP-SpMM rule overrides after a colon, "/"-separated, passed to its ``spmm_hp`` as
+keywords: ``hp:depth=3`` (gather depth), ``hp:layout=32.2.1`` (lanes.vec.cf),
+``hp:depth=2/layout=16.4.1``, ``hp:single=1`` (the single launch; 0: memset or fill + kernel)
+("hp" is numbasparse.cuda.hp): no copy of hp.py is needed to time a depth, a lane layout or
+either launch mode.  The baseline runs with no overrides.  A baseline copied from a REF must
+import against the current package (its relative imports, e.g. ``from . import device, launch``,
+resolve in numbasparse/cuda/).
 """
 import argparse
 import importlib
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
+import numpy as np
+from numba import cuda
 
-import numpy as np  # noqa: E402
-from numba import cuda  # noqa: E402
-
-import numbasparse as ns  # noqa: E402
-from numbasparse import graphs  # noqa: E402
-from numbasparse.bench.timing import time_cuda_interleaved, time_kernels  # noqa: E402
-from numbasparse.reference import relative_error, sddmm_reference, spmm_reference  # noqa: E402
+import numbasparse as ns
+from numbasparse import graphs
+from numbasparse.bench.timing import time_cuda_interleaved, time_kernels
+from numbasparse.reference import relative_error, sddmm_reference, spmm_reference
 
 
 def load(spec):
@@ -54,7 +54,8 @@ def operands(As, op, n, rng):
 
 
 def cases(graph_operands, op, module, **options):
-    """(callable running the kernel once per graph, worst relative error of the results)."""
+    """(callable running the kernel once per graph, worst relative error of the results);
+    ``options``: keywords of the module's ``spmm_hp`` (ignored for SDDMM)."""
     calls, errors = zip(*(case(A, dense, expected, op, module, **options) for A, dense, expected in graph_operands))
     return (lambda: [call() for call in calls]), max(errors)
 
@@ -77,7 +78,8 @@ def case(A, dense, expected, op, module, **options):
 
 
 def variant(spec):
-    """(label, module, HP-SpMM rule overrides) of a --variants entry (see the docstring)."""
+    """(label, module, HP-SpMM rule overrides: keywords of ``spmm_hp``) of a --variants entry
+    (see the docstring)."""
     name, _, options = spec.partition(":")
     module = importlib.import_module(name if "." in name else f"numbasparse.cuda.{name}")
     overrides = {}
@@ -87,38 +89,14 @@ def variant(spec):
             overrides["depth"] = int(value)
         elif key == "layout":
             overrides["layout"] = tuple(int(x) for x in value.split("."))
+        elif key == "single":
+            overrides["single"] = bool(int(value))
         elif key == "prefill":
-            overrides["prefill"] = bool(int(value))
+            sys.exit(f"variant option {option!r}: prefill=P is now single={1 - int(value)} (single=1: one launch)")
         else:
-            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF or prefill=0/1)")
+            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF or single=0/1)")
     label = "new" if spec in ("hp", "numbasparse.cuda.hp") else spec.replace("numbasparse.cuda.", "")
     return label, module, overrides
-
-
-def overridden(module, overrides):
-    """A context in which ``module.spmm_hp_layout`` returns the overridden layout and depth
-    (plans are built at a CSR's first call, so that call is the one to wrap)."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def context():
-        if not overrides:
-            yield
-            return
-        rule = module.spmm_hp_layout
-
-        def layout(*args, **kwargs):
-            lanes, vec, cf, depth = rule(*args, **kwargs)
-            lanes, vec, cf = overrides.get("layout", (lanes, vec, cf))
-            return lanes, vec, cf, overrides.get("depth", depth)
-
-        module.spmm_hp_layout = layout
-        try:
-            yield
-        finally:
-            module.spmm_hp_layout = rule
-
-    return context()
 
 
 def main():
@@ -146,9 +124,7 @@ def main():
                 us, fns = {}, {}
                 graph_operands = operands(As, op, n, rng)
                 for name, module, overrides in (("old", old_hp, {}), *variants):
-                    options = {"prefill": overrides["prefill"]} if "prefill" in overrides and op != "sddmm" else {}
-                    with overridden(module, overrides):
-                        fn, err = cases(graph_operands, op, module, **options)
+                    fn, err = cases(graph_operands, op, module, **(overrides if op != "sddmm" else {}))
                     fns[name] = fn
                     us[name] = min(time_kernels(fn, warmup=3, repeat=20) for _ in range(3)) * 1e3
                     line += f"  {name} {us[name]:8.1f} us{'' if err < 1e-5 else f' WRONG ({err:.1e})'}"

@@ -8,26 +8,24 @@ GRAPH as in tools/ab_hp.py (sampled:rmat:20 is the workload the slab kernel is f
 checks both results against the float64 reference, then prints HP's microseconds and, for every
 combination of the options (L1 budget of a slab, tiles per SM and column tile, longest segment,
 partial-row flush: one vector reduction per lane or a shared-memory transpose and coalesced
-scalar atomics, address order of the loads), the slab kernel's and HP/slab.  The first value of
-each option is the module's default.  With ``--stats``, also the tiles' B-row re-use and entries
-per segment (gathers per atomic flush) on the first 4 graphs, measured and as ``slab_estimate``
-predicts them."""
+scalar atomics, address order of the loads), the slab kernel's and HP/slab.  Each combination is
+a ``slab.SlabConfig`` (``dataclasses.replace`` of ``slab.DEFAULT``) passed to ``spmm_slab``; the
+first value of each option is the default's.  With ``--stats``, also the tiles' B-row re-use and
+entries per segment (gathers per atomic flush) on the first 4 graphs, measured and as
+``slab_estimate`` predicts them.  Imports ``ab_hp`` from its own folder (run it as a script)."""
 import argparse
+import dataclasses
 import itertools
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
-sys.path.insert(0, str(Path(__file__).parent))
+import numpy as np
+from numba import cuda
 
-import numpy as np  # noqa: E402
-from numba import cuda  # noqa: E402
-
-import numbasparse as ns  # noqa: E402
-from ab_hp import load, operands  # noqa: E402
-from numbasparse.bench.timing import time_kernels  # noqa: E402
-from numbasparse.cuda import hp, slab  # noqa: E402
-from numbasparse.reference import relative_error  # noqa: E402
+import numbasparse as ns
+from ab_hp import load, operands
+from numbasparse.bench.timing import time_kernels
+from numbasparse.cuda import hp, slab
+from numbasparse.preprocess.slab_tiles import SlabTiles, slab_estimate
+from numbasparse.reference import relative_error
 
 
 def timed(As, dense, expected, launcher):
@@ -49,14 +47,18 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("graphs", nargs="+")
     parser.add_argument("--n", default="64,128,256")
-    parser.add_argument("--l1-kb", default=str(slab.SLAB_L1_BYTES // 1024))
-    parser.add_argument("--waves", default="rule", help="tiles per SM: rule (the module's), or numbers")
-    parser.add_argument("--max-segment", default=str(slab.SLAB_MAX_SEGMENT), help="longest segments (entries)")
-    parser.add_argument("--red", default="vector", help="partial-row flushes: vector,transpose")
-    parser.add_argument("--column-first", default="1", help="address order of the loads: 1,0")
+    default = slab.DEFAULT
+    parser.add_argument("--l1-kb", default=str(default.l1_bytes // 1024))
+    parser.add_argument("--waves", default="rule",
+                        help="tiles per SM: rule (the default's waves and waves_narrow), or numbers")
+    parser.add_argument("--max-segment", default=str(default.max_segment), help="longest segments (entries)")
+    parser.add_argument("--red", default="vector" if default.vector_red else "transpose",
+                        help="partial-row flushes: vector,transpose")
+    parser.add_argument("--column-first", default=str(int(default.column_first)),
+                        help="address order of the loads: 1,0")
     parser.add_argument("--stats", action="store_true")
     args = parser.parse_args()
-    rule = slab.SLAB_WAVES, slab.SLAB_WAVES_NARROW
+    rule = default.waves, default.waves_narrow
     rng = np.random.default_rng()
     for spec in args.graphs:
         As = load(spec)
@@ -68,19 +70,22 @@ def main():
             for kb, waves, longest, red, first in itertools.product(
                     args.l1_kb.split(","), args.waves.split(","), args.max_segment.split(","), args.red.split(","),
                     args.column_first.split(",")):
-                slab.SLAB_L1_BYTES, slab.SLAB_MAX_SEGMENT = int(kb) * 1024, int(longest)
-                slab.SLAB_WAVES, slab.SLAB_WAVES_NARROW = rule if waves == "rule" else (int(waves), int(waves))
-                slab.SLAB_VECTOR_RED, slab.SLAB_COLUMN_FIRST = red == "vector", first == "1"
-                us, err = timed(As, dense, expected, lambda A, B, C: slab.spmm_slab(A, B, C, "sum"))
+                wave, narrow = rule if waves == "rule" else (int(waves), int(waves))
+                config = dataclasses.replace(default, l1_bytes=int(kb) * 1024, max_segment=int(longest),
+                                             waves=wave, waves_narrow=narrow, vector_red=red == "vector",
+                                             column_first=first == "1")
+                us, err = timed(As, dense, expected,
+                                lambda A, B, C, config=config: slab.spmm_slab(A, B, C, "sum", config=config))
                 print(f"    slab L1 {kb:>3} KB, waves {waves:>4}, segments <= {longest:>3}, {red:9}, column first {first}:"
                       f" {us:8.1f} us{'' if err < 1e-5 else ' WRONG'}  hp/slab {base / us:5.2f}", flush=True)
                 if args.stats:
                     stats = []
                     for A in As[:4]:
-                        vec, _ = slab.slab_lane_layout(n, 4)
-                        width, per_tile = slab.slab_layout(A.nnz, A.shape[1], n, 4, vec)[1:]
-                        tiles = slab.SlabTiles(A.indptr, A.indices, A.shape, width, per_tile)
-                        estimate = slab.slab_estimate(A.shape[0], A.shape[1], A.nnz, width, per_tile)
+                        vec, _ = slab.lane_layout(n, 4, config=config)
+                        width, per_tile = slab.tiling(A.nnz, A.shape[1], n, 4, vec, config)[1:]
+                        tiles = SlabTiles(A.indptr, A.indices, A.shape, width, per_tile, config.max_segment,
+                                          config.warps)
+                        estimate = slab_estimate(A.shape[0], A.shape[1], A.nnz, width, per_tile)
                         stats.append((tiles.reuse(A.indptr, A.indices), tiles.entries_per_segment, *estimate))
                     reuse, per_segment, reuse_est, per_segment_est = np.mean(stats, axis=0)
                     print(f"        re-use {reuse:5.1f} (estimate {reuse_est:5.1f})  entries/segment {per_segment:5.1f}"

@@ -4,8 +4,9 @@
 #   [SKIP_TESTS=1] [SKIP_DEMO=1] [TESTS="pytest args"] bash tools/device_check.sh [BENCH ARGS...]
 # The whole GPU suite takes more than 10 minutes: within one call's 10-minute limit, split it over
 # two calls: TESTS="tests/cuda/test_hp.py tests/cuda/test_gpu.py tests/cuda/test_launch.py
-# tests/test_api.py" (session 12: 215 tests, 459 s; both HP launch modes compile) and the rest,
-# TESTS="tests --ignore=..." with those four files (221 tests, 228 s).
+# tests/test_api.py" (the slow part: both HP launch modes compile; 215 tests, 459 s on the H100
+# on 2026-11-24) and the rest, TESTS="tests --ignore=..." with those four files (221 tests, 228 s).
+# Other device tools (tools/profile_call.py, tools/ab_hp.py, ...) run in their own calls.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -6,12 +6,12 @@ training data.
 Synthetic (paper 001, section IV-C): for each (non-zero columns, sparsity) on a grid, a matrix
 of identical-shape windows, each over its own random columns.  Real: the windows of each graph
 (and of its LOA reordering) grouped by (density, columns) bins, each group timed as a matrix
-of just its windows (stacked copies with rotated columns, to be well above launch overhead).  Every sample: features, window count, and the median time of each
-path, all windows on the dense-tile path vs all on the CUDA-core path (CUDA events).
+of just its windows (stacked copies with rotated columns, to be well above launch overhead).
+Every sample: features, window count, and the median time of each path, all windows on the
+dense-tile path vs all on the CUDA-core path (CUDA events).
 """
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -19,30 +19,27 @@ import numpy as np
 import scipy.sparse as sp
 from numba import cuda
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
-from numbasparse import CSR, graphs, reorder  # noqa: E402
-from numbasparse.bench.timing import time_cuda  # noqa: E402
-from numbasparse.cpu.row_windows import RowWindows, row_windows  # noqa: E402
-from numbasparse.cuda import hc  # noqa: E402
-from numbasparse.select import window_features  # noqa: E402
-from numbasparse.select.data import synthetic_windows, window_groups  # noqa: E402
+from numbasparse import CSR, graphs, reorder
+from numbasparse.bench.timing import time_cuda
+from numbasparse.cuda import hc
+from numbasparse.preprocess.row_windows import row_windows
+from numbasparse.select import window_features
+from numbasparse.select.data import synthetic_windows, window_groups
 
 COLS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 130)
 SPARSITY = tuple(k / 16 for k in range(1, 16))
 
 
 def time_paths(A, n, repeat=7, launches=10):
-    """Median ms per launch of each path (all windows on it) for C = A @ B, B (K, n)."""
+    """Median ms per launch of each path (all windows on it: ``hc.spmm_hc``'s forced modes)
+    for C = A @ B, B (K, n)."""
     dev = CSR.from_scipy(A, dtype=np.float32)
-    rw = row_windows(dev.to_scipy())
-    windows = {name: cuda.to_device(getattr(rw, name)) for name in RowWindows.DEVICE_FIELDS}
     B = cuda.to_device(np.random.default_rng(0).standard_normal((A.shape[1], n)).astype(np.float32))
     C = cuda.device_array((A.shape[0], n), np.float32)
     expected = A @ B.copy_to_host()
     out = {}
     for mode in ("tiles", "cores"):
-        use = cuda.to_device(np.full(rw.n_windows, mode == "tiles", np.bool_))
-        hc.spmm_hc(dev, windows, use, B, C)
+        hc.spmm_hc(dev, B, C, mode=mode)
         got = C.copy_to_host()
         err = np.linalg.norm(got - expected) / max(np.linalg.norm(expected), 1e-30)
         if not err < 1e-4:
@@ -50,7 +47,7 @@ def time_paths(A, n, repeat=7, launches=10):
 
         def launch_all():
             for _ in range(launches):
-                hc.spmm_hc(dev, windows, use, B, C)
+                hc.spmm_hc(dev, B, C, mode=mode)
 
         out[mode] = time_cuda(launch_all, warmup=1, repeat=repeat)[0] / launches
     return out

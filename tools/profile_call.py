@@ -2,25 +2,24 @@
     python tools/profile_call.py [--graph SPEC] [--n N]
 Prints per-call microseconds of each layer (back to back, and after a sync), the event time of one
 call on an idle GPU (the benchmark's ``ms``) and a cProfile of the public call on torch tensors.
+A "(replayed)" row repeats one signature (``numbasparse.replay``: replayed from its
+``REPLAY_FROM_CALL``-th call on); a "full path" row drops the matrix's replays before each call
+(``csr.cache.sections["replays"]``), so every call validates, dispatches and plans.
 SPEC as the benchmark's ``--graphs`` (default: the bundled graph), N the dense width (64)."""
 import argparse
 import cProfile
 import pstats
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
+import numpy as np
+import torch
+from numba import cuda
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from numba import cuda  # noqa: E402
-
-import numbasparse as ns  # noqa: E402
-from numbasparse import arrays, dispatch, graphs  # noqa: E402
-from numbasparse.bench.baselines import BASELINES  # noqa: E402
-from numbasparse.bench.timing import host_us_per_call, time_cuda  # noqa: E402
-from numbasparse.cuda import hp, launch  # noqa: E402
+import numbasparse as ns
+from numbasparse import arrays, dispatch, graphs
+from numbasparse.bench.baselines import BASELINES
+from numbasparse.bench.timing import host_us_per_call, time_cuda
+from numbasparse.cuda import hp, launch
 
 
 parser = argparse.ArgumentParser()
@@ -39,6 +38,14 @@ torch_sddmm = BASELINES["torch_sampled_addmm"](A, "sddmm", "sum", np.float32)
 Bd = arrays.dense(Bt, "B", 2)
 Bv, Cv = Bd.array, arrays.DeviceView.of_torch(Ct)
 stream = arrays.stream_of(Bd)
+
+
+def full_path(call):
+    """``call`` after dropping the matrix's replays: the full path (validation, dispatch, plans)."""
+    csr.cache.sections["replays"].clear()
+    return call()
+
+
 rows = {
     "torch.sparse.mm": lambda: torch_mm(Bt),
     "  arrays.dense(B)": lambda: arrays.dense(Bt, "B", 2),
@@ -53,18 +60,20 @@ rows = {
     "ns.spmm numba arrays + out": lambda: ns.spmm(csr, Bn, out=Cn, algorithm="hp"),
     "ns.spmm torch + out": lambda: ns.spmm(csr, Bt, out=Ct, algorithm="hp"),
     "ns.spmm torch (replayed)": lambda: ns.spmm(csr, Bt, algorithm="hp"),
-    "ns.spmm torch, full path": lambda: (csr._bound.pop("replays", None), ns.spmm(csr, Bt, algorithm="hp")),
+    "ns.spmm torch, full path": lambda: full_path(lambda: ns.spmm(csr, Bt, algorithm="hp")),
     "  B.new_empty + 2 data_ptr": lambda: (Bt.new_empty((A.shape[0], N)).data_ptr(), Bt.data_ptr()),
     "  arrays.torch_signature(B)": lambda: arrays.torch_signature(Bt),
     "  arrays.torch_stream_handle(0)": lambda: arrays.torch_stream_handle(0),
     "ns.sddmm torch (replayed)": lambda: ns.sddmm(csr, Xt, Xt),
-    "ns.sddmm torch, full path": lambda: (csr._bound.pop("replays", None), ns.sddmm(csr, Xt, Xt)),
+    "ns.sddmm torch, full path": lambda: full_path(lambda: ns.sddmm(csr, Xt, Xt)),
     "torch.sparse.sampled_addmm": lambda: torch_sddmm(Xt, Xt),
     "cuda.as_cuda_array(torch)": lambda: cuda.as_cuda_array(Bt, sync=False),
     "torch __cuda_array_interface__": lambda: Bt.__cuda_array_interface__,
     "cuda.get_current_device()": lambda: cuda.get_current_device(),
     "external_stream": lambda: cuda.external_stream(torch.cuda.current_stream().cuda_stream),
 }
+
+
 def per_call_synced_us(fn, n=200):
     """Host time of one call started on an idle GPU (as the benchmark's per-call events see it)."""
     for _ in range(20):
@@ -89,9 +98,8 @@ for _ in range(300):
     ns.spmm(csr, Bt, algorithm="hp")  # replayed
     prof.disable()
 pstats.Stats(prof).sort_stats("tottime").print_stats(30)
-from numbasparse.cuda import launch as _launch  # noqa: E402
-
-print("fast-launch entries:", len(_launch._fast_launch), [k.py_func.__name__ for k in _launch._fast_launch])
+print("fast-launch entries:", len(launch._fast_launch), [k.py_func.__name__ for k in launch._fast_launch])
+print("cache entries per section:", csr.cache.sizes())
 prof = cProfile.Profile()
 for _ in range(300):
     torch.cuda.synchronize()

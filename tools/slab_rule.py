@@ -6,20 +6,16 @@
 GRAPH as in tools/ab_hp.py; a sampled:SPEC graph is measured subgraph by subgraph.  For each
 (graph, N): rows, columns, entries, the rule's estimate of B-row re-use and entries per segment
 (from the shape and the entry count alone), HP's and the slab kernel's microseconds (best of 3,
-results checked against the float64 reference), HP/slab, and the rule's choice."""
+results checked against the float64 reference), HP/slab, and the rule's choice.  Imports
+``ab_hp`` and ``ab_slab`` from its own folder (run it as a script)."""
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
-sys.path.insert(0, str(Path(__file__).parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from ab_hp import load, operands  # noqa: E402
-from ab_slab import timed  # noqa: E402
-from numbasparse import dispatch  # noqa: E402
-from numbasparse.cuda import hp, slab  # noqa: E402
+from ab_hp import load, operands
+from ab_slab import timed
+from numbasparse import dispatch
+from numbasparse.cuda import hp, slab
 
 
 def main():

@@ -14,14 +14,12 @@ lowest real-graph time over the oracle is written, with these numbers, as the sh
 import argparse
 import datetime
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
-from numbasparse.select.hc import FEATURES, Model, features_of  # noqa: E402
-from numbasparse.select.train import fit_logistic, predict  # noqa: E402
+from numbasparse.select.hc import FEATURES, Model, features_of
+from numbasparse.select.train import fit_logistic, predict
 
 CANDIDATES = (("sparsity", "n_cols"), ("sparsity", "log2_n_cols"), ("sparsity", "log2_n_cols", "row_nnz"))
 

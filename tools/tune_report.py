@@ -2,27 +2,25 @@
 
     python tools/tune_report.py --graphs default,rmat:16,rmat:18 --n 32,128 --out tune.json [--op sddmm]
 
-For each (graph, N): every valid schedule is timed (CUDA events, median of 5 after a warm-up);
-reported are the exhaustive best, the cost model's first choice and the best of its top 8
-(what ``algorithm="tuned"`` times), each in ms and relative to the exhaustive best, the rank of
-the exhaustive best in the model's order, the search times, and HP-SpMM and cuSPARSE (torch) on
-the same operands for comparison (cuSPARSE sampled_addmm for SDDMM; values of 1 as in the
-benchmark graphs).
+For each (graph, N): every valid schedule is timed (``tuner._timer``: CUDA events, median of 5
+after a warm-up); reported are the exhaustive best, the cost model's first choice and the best of
+its top 8 (what ``algorithm="tuned"``, through ``tuner.schedule_for``, times), each in ms and
+relative to the exhaustive best, the rank of the exhaustive best in the model's order, the search
+times, and HP-SpMM and cuSPARSE (torch) on the same operands for comparison (cuSPARSE
+sampled_addmm for SDDMM; values of 1 as in the benchmark graphs).
 """
 import argparse
 import json
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
-import numbasparse as ns  # noqa: E402
-from numbasparse import dispatch, graphs  # noqa: E402
-from numbasparse.bench.timing import time_cuda  # noqa: E402
-from numbasparse.select import tuner  # noqa: E402
+import numbasparse as ns
+from numbasparse import graphs
+from numbasparse.bench.timing import time_cuda
+from numbasparse.select import tuner
 
 
 def main():
@@ -44,9 +42,9 @@ def main():
         dev = ns.CSR.from_scipy(A, dtype=np.float32)
         lengths = np.diff(dev.to_scipy().indptr)
         for n in (int(x) for x in args.n.split(",")):
-            timer = dispatch._timer(dev, n, np.float32, args.op)
+            timer = tuner._timer(dev, n, np.float32, args.op)
             start = time.perf_counter()
-            ranked = tuner.rank(lengths, n, device, op=args.op)
+            ranked = tuner.rank(lengths, n, device, index_itemsize=dev.index_dtype.itemsize, op=args.op)
             model_s = time.perf_counter() - start
             start = time.perf_counter()
             ms = [timer(s) for s in ranked]

@@ -1,5 +1,5 @@
 """How long does one kernel launch take from Python on this machine?  Run on a GPU machine:
-    python tools/launch_floor.py
+    python benchmarks/probes/launch_floor.py
 Per-call microseconds (back to back, 2000 calls) of an empty Numba kernel launched through
 Numba, through ``launch.run``, of a bare cuLaunchKernel (cuda.bindings and ctypes) and
 cuMemsetD8Async, and of a tiny torch op: the floor under any host path.  Then the same kind of
@@ -7,20 +7,16 @@ calls timed as the benchmark's ``ms`` column times one call (between two events 
 median of 200), from nothing between the events to ``ns.spmm`` and ``torch.sparse.mm`` on a
 16-row graph: the part of a small call's event time that no kernel can remove."""
 import ctypes
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
+import numpy as np
+import torch
+from numba import cuda
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from numba import cuda  # noqa: E402
-
-import numbasparse as ns  # noqa: E402
-from numbasparse import graphs  # noqa: E402
-from numbasparse.bench.baselines import torch_csr  # noqa: E402
-from numbasparse.bench.timing import host_us_per_call, time_cuda  # noqa: E402
-from numbasparse.cuda import launch  # noqa: E402
+import numbasparse as ns
+from numbasparse import graphs
+from numbasparse.bench.baselines import torch_csr
+from numbasparse.bench.timing import host_us_per_call, time_cuda
+from numbasparse.cuda import launch
 
 
 @cuda.jit
@@ -46,7 +42,7 @@ rows = {
     "numba empty[1, 32](x)": lambda: empty[1, 32](x),
     "launch.run(empty, x)": lambda: launch.run(empty, 1, 32, 0, x),
     "launch.run(many, 5 arrays + int)": lambda: launch.run(many, 1, 32, 0, *arrays, 3),
-    "cuMemsetD8Async 64 B": lambda: memset(launch._device_pointer(x), 0, 64, 0),
+    "cuMemsetD8Async 64 B": lambda: memset(launch.device_pointer(x), 0, 64, 0),
     "torch t.add_(1)": lambda: t.add_(1),
     "torch.empty(1000, 64)": lambda: torch.empty(1000, 64, device="cuda"),
     "numba event record": lambda: cuda.event().record(),
@@ -75,7 +71,7 @@ one_call = {
     "nothing between the events": lambda: None,
     "torch t.add_(1)": lambda: t.add_(1),
     "launch.run(empty, x)": lambda: launch.run(empty, 1, 32, 0, x),
-    "cuMemsetD8Async + launch.run(empty, x)": lambda: (memset(launch._device_pointer(x), 0, 64, 0),
+    "cuMemsetD8Async + launch.run(empty, x)": lambda: (memset(launch.device_pointer(x), 0, 64, 0),
                                                       launch.run(empty, 1, 32, 0, x)),
     "ns.spmm (16-row graph, torch B, N=32)": lambda: ns.spmm(tiny, Bt),
     "torch.sparse.mm (same)": lambda: torch_mm(Bt),

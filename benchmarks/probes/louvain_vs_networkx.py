@@ -1,18 +1,15 @@
 """Louvain quality and speed against networkx (CPU), and the row-window intensity of the
-clustering order:  python tools/louvain_vs_networkx.py [DATA_DIR]
+clustering order:  python benchmarks/probes/louvain_vs_networkx.py [DATA_DIR]
 Best modularity and best time of 3 seeds each (networkx: 1 seed above 1M nonzeros); our JIT
 compile time is measured once and reported separately.  Intensity: mean nnz / non-zero columns
 over the non-empty 16-row windows, in the original, Louvain-clustered and LOA orders."""
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
+import networkx as nx
 
-import networkx as nx  # noqa: E402
-
-from numbasparse import graphs  # noqa: E402
-from numbasparse.reorder import cluster_order, loa, louvain, mean_intensity, modularity, permute  # noqa: E402
+from numbasparse import graphs
+from numbasparse.reorder import cluster_order, loa, louvain, mean_intensity, modularity, permute
 
 t = time.perf_counter()
 louvain(graphs.rmat(6), seed=0)

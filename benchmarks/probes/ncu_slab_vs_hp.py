@@ -3,19 +3,16 @@ rmat:20, for Nsight Compute:
 
     ncu -k regex:"spmm_(hp|slab)" --section SpeedOfLight --section Occupancy \\
         --section MemoryWorkloadAnalysis --section WarpStateStats --section InstructionStats \\
-        python tools/ncu_slab_vs_hp.py 128
+        python benchmarks/probes/ncu_slab_vs_hp.py 128
 """
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
+import numpy as np
+from numba import cuda
 
-import numpy as np  # noqa: E402
-from numba import cuda  # noqa: E402
-
-import numbasparse as ns  # noqa: E402
-from numbasparse import graphs  # noqa: E402
-from numbasparse.cuda import hp, slab  # noqa: E402
+import numbasparse as ns
+from numbasparse import graphs
+from numbasparse.cuda import hp, slab
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 128
 A = max(graphs.sample_subgraphs(graphs.from_spec("rmat:20"), 4), key=lambda a: a.nnz)

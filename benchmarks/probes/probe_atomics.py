@@ -1,10 +1,10 @@
 """Throughput of coalesced float32 atomic adds (``red.global.add.f32``) against plain stores and
-loads of the same addresses, on a GPU:  python tools/probe_atomics.py [MB]
+loads of the same addresses, on a GPU:  python benchmarks/probes/probe_atomics.py [MB]
 
 Every warp writes 128 consecutive bytes per instruction (a lane per float), the pattern of an
 HP-SpMM row flush, over a buffer of MB megabytes (default 64: beyond L2) and a 4 MB one (in L2).
 Prints GB/s of each and the atomic/store ratio: what combining partial rows with atomics costs
-against storing them (the question behind a column-slab tiled SpMM, benchmarks/NOTES.md)."""
+against storing them (the question behind the column-slab SpMM, numbasparse/cuda/slab.py)."""
 import sys
 
 import numpy as np

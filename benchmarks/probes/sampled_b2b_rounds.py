@@ -1,25 +1,23 @@
 """Back-to-back timing of the sampled workload, per implementation, in three rounds.  Run on a GPU:
-    python tools/sampled_b2b_rounds.py
+    python benchmarks/probes/sampled_b2b_rounds.py
 For N = 32 and 64 it times ns:hp, ns:auto and ns:slab in turn, three times over (event time of one
 sequence of 32 calls, back to back with and without Python's garbage collector, and the host time
 per call), then each call's host time on an idle GPU and a cProfile of 20 sequences.  Unlike the
-benchmark it times each implementation in its own block of runs, on purpose: it showed (session 10)
-that the back-to-back gaps between implementations that run the same kernels move from one round to
-the next with the device host's speed, not with the implementation."""
+benchmark it times each implementation in its own block of runs, on purpose: it showed
+(``h100-2026-11-24/sampled_b2b_rounds.txt``) that the back-to-back gaps between implementations
+that run the same kernels move from one round to the next with the device host's speed, not with
+the implementation."""
 import cProfile
 import gc
 import pstats
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from numbasparse import graphs  # noqa: E402
-from numbasparse.bench import harness  # noqa: E402
-from numbasparse.bench.timing import host_us_per_call, time_cuda, time_cuda_back_to_back  # noqa: E402
+from numbasparse import graphs
+from numbasparse.bench import harness
+from numbasparse.bench.timing import host_us_per_call, time_cuda, time_cuda_back_to_back
 
 NAMES = ("ns:hp", "ns:auto", "ns:slab")
 

@@ -1,20 +1,21 @@
 """Time HP-SpMM/SDDMM for each nonzeros-per-group candidate and lane-group size beside torch
 (GPU only):
-    python tools/tune_hp.py rmat:18 rmat:20 ...
-Times are kernel times (CUPTI through torch.profiler).  Used to set DTP's candidates and wave factor and the lane-group rule in numbasparse/cuda/launch.py."""
+    python benchmarks/probes/tune_hp.py rmat:18 rmat:20 ...   # graph specs or .npz directories
+Times are kernel times (CUPTI through torch.profiler).  Used to set DTP's candidates and wave
+factor (``hp.NNZ_PER_WARP``, ``hp.WAVES``) and the lane-group rule (``hp.lane_layout``) in
+numbasparse/cuda/hp.py."""
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1]))
+import numpy as np
+import torch
+from numba import cuda
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from numba import cuda  # noqa: E402
-
-import numbasparse as ns  # noqa: E402
-from numbasparse import graphs  # noqa: E402
-from numbasparse.bench.timing import time_kernels  # noqa: E402
-from numbasparse.cuda import hp, launch  # noqa: E402
+import numbasparse as ns
+from numbasparse import graphs
+from numbasparse.bench.timing import time_kernels
+from numbasparse.cuda import hp
+from numbasparse.cuda.device import WARP_SIZE, cdiv
 
 found = {}
 for spec in sys.argv[1:]:  # graph specs, or a directory of .npz graphs
@@ -28,11 +29,11 @@ for spec, A in found.items():
         B, C = cuda.as_cuda_array(Bt), cuda.device_array((A.shape[0], n), np.float32)
         ref = torch.sparse.mm(S, Bt)
         t_torch = time_kernels(lambda: torch.sparse.mm(S, Bt))
-        layout = launch.hp_lane_layout(n, 4, B)
+        layout = hp.lane_layout(n, 4, B)
         line = f"{spec:<10} nnz={A.nnz:<9} N={n:<4} torch {t_torch:7.3f} ms | default lanes,vec,cf={layout}"
         for lanes in sorted({32, 16, 8, layout[0]}):  # kernel time (CUPTI), ms
-            _, vec, cf = launch.hp_lane_layout(n, 4, B, lanes)
-            dtp = launch.hp_nnz_per_warp(A.nnz, launch.cdiv(n, lanes * vec * cf), groups_per_warp=32 // lanes)
+            _, vec, cf = hp.lane_layout(n, 4, B, lanes)
+            dtp = hp.nnz_per_warp(A.nnz, cdiv(n, lanes * vec * cf), groups_per_warp=WARP_SIZE // lanes)
             line += f"\n    lanes={lanes:<2} vec={vec} cf={cf} DTP={dtp:<4}"
             for npw in (8, 16, 32, 64, 128, 256, 512, 1024):
                 hp.spmm_hp(csr, B, C, "sum", nnz_per_group=npw, lanes=lanes)

@@ -1,19 +1,17 @@
 """How long ``algorithm="tuned"`` takes to choose a schedule (GPU only), with an empty cache:
-    python tools/tuned_search_time.py --graphs default,rmat:16,rmat:18 --n 32,128 --out search.json
+    python benchmarks/probes/tuned_search_time.py --graphs default,rmat:16,rmat:18 --n 32,128 --out search.json
 
-For each op, graph and N: the first call (cost-model ranking, the top 8 compiled and timed, the
-winner written to the disk cache; the cache record's ``search_s``), the second call on the same
-CSR (schedule from memory) and a call on a fresh CSR of the same graph (schedule from disk).
+For each op, graph and N: the first call (``tuner.schedule_for``: cost-model ranking, the top 8
+compiled and timed, the winner written to the disk cache; the cache record's ``search_s``), the
+second call on the same CSR (schedule from its cache) and a call on a fresh CSR of the same graph
+(schedule from disk).
 """
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parents[1]))
 
 
 def timed(fn):
@@ -53,8 +51,9 @@ def main():
                 memory = timed(lambda: call(csr))
                 disk = timed(lambda: call(ns.CSR.from_scipy(A)))
                 record = json.loads(tuner.cache_path().read_text())
+                signature = csr.cache.get("plans", ("signature",))  # set by the first call's search
                 key = next(k for k in record if k.startswith(f"{op}|") and k.endswith(f"|{n}|float32")
-                           and csr._derived["signature"] in k)
+                           and signature in k)
                 rows.append(dict(op=op, graph=spec, nnz=int(A.nnz), n=n, first_call_s=first,
                                  search_s=record[key].get("search_s"), memory_call_s=memory,
                                  disk_call_s=disk, schedule=record[key]["schedule"]))

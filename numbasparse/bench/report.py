@@ -198,8 +198,9 @@ def main(argv=None):
         print(f"### `{path}`\n\n{meta['gpu']}, {meta['date']}; device-to-device copy "
               f"{meta['copy_gbs']:.0f} GB/s (read + write).\nCommand: `{meta['command']}`\n")
         print(compact_markdown(rows, YARDSTICK))
-        print("\nns:hp against the yardstick, per case and per graph family:\n")
-        print(versus_markdown(rows, "ns:hp", YARDSTICK))
+        for impl in sorted({r["impl"] for r in rows if r["impl"].startswith("ns:")}):
+            print(f"\n{impl} against the yardstick, per case and per graph family:\n")
+            print(versus_markdown(rows, impl, YARDSTICK))
         print("\nGeometric-mean speedup over the yardstick (torch_csr32 for SpMM, "
               "torch_sampled_addmm for SDDMM) and the worst case:\n\n```\n" + summary(rows) + "\n```\n")
 

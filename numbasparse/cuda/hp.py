@@ -471,9 +471,8 @@ def spmm_layout(A, n_cols, itemsize, B, lanes=None):
 def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
     """The launch plan of HP-SpMM for A (the layout, DTP and single-launch rules, or the given
     overrides)."""
-    rule_lanes, vec, cf, rule_depth = spmm_layout(A, n, C.dtype.itemsize, B, lanes)
-    lanes, vec, cf = layout or (rule_lanes, vec, cf)
-    depth = depth or rule_depth
+    lanes, vec, cf = layout or lane_layout(n, C.dtype.itemsize, B, lanes)
+    depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf)
     n_tiles = cdiv(n, lanes * vec * cf)
     groups_per_warp = WARP // lanes
     if nnz_per_group is None:

@@ -22,6 +22,7 @@ def _has_cuda_compiler_wheels():
                     reason="needs the CUDA compiler wheels (pip install '.[cu12]')")
 def test_every_kernel_compiles_without_spills():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "kernel_report.py")],
                             capture_output=True, text=True, env=env, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
