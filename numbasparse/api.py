@@ -12,8 +12,8 @@ from . import arrays, dispatch, replay
 from .csr import CSR, canonical_csr
 from .dtypes import INDEX_DTYPES
 from .cuda import hc
-from .cuda.device import simulator_enabled
-from .reductions import CODES, NAMES as REDUCTIONS
+from .cuda.device import allocating
+from .reductions import NAMES as REDUCTIONS
 from .validation import check_sparse
 
 
@@ -58,6 +58,22 @@ def _device_csr(A, dtype, operand):
     return CSR.from_scipy(A, dtype=dtype)
 
 
+def _to_device(*host_arrays):
+    """Device copies of host operands, for the CUDA backend (MemoryError naming the size when the
+    GPU's memory is exhausted)."""
+    from numba import cuda
+
+    with allocating("device copies of the operands", sum(a.nbytes for a in host_arrays)):
+        return [cuda.to_device(a) for a in host_arrays]
+
+
+def _device_empty(shape, dtype):
+    from numba import cuda
+
+    with allocating(f"an output of shape {shape}", int(np.prod(shape)) * np.dtype(dtype).itemsize):
+        return cuda.device_array(shape, dtype=dtype)
+
+
 def _operands(*named):
     """Validated 2-D dense operands from (name, array) pairs, all on the host or all on the
     device, all of one dtype."""
@@ -69,14 +85,19 @@ def _operands(*named):
     return ops
 
 
-def _overlap(a, b):
-    """True when two device arrays share memory (the kernels cannot run in place)."""
-    (pa, _), (pb, _) = a.__cuda_array_interface__["data"], b.__cuda_array_interface__["data"]
-    return pa < pb + b.nbytes and pb < pa + a.nbytes and a.nbytes and b.nbytes
+def _sparse_arrays(A):
+    """(name, array) of the arrays of A that an output must not share memory with: the device
+    arrays of a :class:`CSR`, else the host arrays of a scipy matrix."""
+    if isinstance(A, CSR):
+        return [("A.indptr", A.indptr), ("A.indices", A.indices), ("A.data", A.data)]
+    return [(f"A.{k}", getattr(A, k)) for k in ("data", "indices", "indptr", "row", "col")
+            if isinstance(getattr(A, k, None), np.ndarray)]
 
 
-def _output(out, like, shape, dtype):
-    """(result object, array the kernel writes) for ``spmm``'s ``out=`` argument."""
+def _output(out, like, shape, dtype, A):
+    """(result object, array the kernel writes) for ``spmm``'s ``out=`` argument: of B's kind,
+    shape (M, N), B's dtype, writable, and sharing no memory with B or A (the kernels cannot
+    run in place)."""
     if out is None:
         if like.on_device:
             return arrays.empty_like_framework(like, shape, dtype)
@@ -86,15 +107,17 @@ def _output(out, like, shape, dtype):
         raise TypeError("out must live where B does (both NumPy, or both CUDA arrays)")
     if o.shape != shape or o.dtype != dtype:
         raise ValueError(f"out must have shape {shape} and dtype {dtype}, got {o.shape} {o.dtype}")
-    if o.on_device:
-        if not simulator_enabled() and _overlap(o.array, like.array):
-            raise ValueError("out must not share memory with B")
-        return out, o.array
-    if not isinstance(out, np.ndarray) or not out.flags.c_contiguous:
-        raise ValueError("out must be a C-contiguous NumPy array")
-    if np.shares_memory(out, like.original):
-        raise ValueError("out must not share memory with B")
-    return out, out
+    if not o.on_device:
+        if not isinstance(out, np.ndarray) or not out.flags.c_contiguous:
+            raise ValueError("out must be a C-contiguous NumPy array")
+        if not out.flags.writeable:
+            raise ValueError("out is read-only")
+    inputs = [("B", like.original if not like.on_device else like.array)]
+    inputs += [(name, a) for name, a in _sparse_arrays(A) if isinstance(a, np.ndarray) != o.on_device]
+    for name, array in inputs:
+        if arrays.overlaps(out if not o.on_device else o.array, array):
+            raise ValueError(f"out must not share memory with {name}")
+    return out, (o.array if o.on_device else out)
 
 
 def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
@@ -122,8 +145,7 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
 
 
 def _spmm(A, B, reduce, algorithm, backend, out, record):
-    if reduce not in CODES:
-        raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
+    dispatch.check_option("reduce", reduce, REDUCTIONS)
     b = arrays.dense(B, "B", 2)
     m, k = _shape_of(A)
     if b.shape[0] != k:
@@ -131,21 +153,19 @@ def _spmm(A, B, reduce, algorithm, backend, out, record):
     algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], A.nnz, reduce, (m, k),
                             b.dtype.itemsize, A.cache if isinstance(A, CSR) else None)
     shape = (m, b.shape[1])
-    result, C = _output(out, b, shape, b.dtype)
+    result, C = _output(out, b, shape, b.dtype, A)
 
     if algo.backend == "cpu":
         C = algo.run(_host_csr(A, b.dtype, "B"), b.array, reduce, out=C)
         return arrays.host_result(b, C) if result is None else result
-
-    from numba import cuda
 
     dev = _device_csr(A, b.dtype, "B")
     if b.on_device:
         with record(b.array, C):
             algo.run(dev, b.array, C, reduce, stream=arrays.stream_of(b))
         return result
-    C_dev = cuda.device_array(shape, dtype=b.dtype)
-    algo.run(dev, cuda.to_device(b.array), C_dev, reduce)
+    (B_dev,), C_dev = _to_device(b.array), _device_empty(shape, b.dtype)
+    algo.run(dev, B_dev, C_dev, reduce)
     C = C_dev.copy_to_host(C) if C is not None else C_dev.copy_to_host()
     return arrays.host_result(b, C) if result is None else result
 
@@ -180,16 +200,14 @@ def _sddmm(A, X, Y, algorithm, backend, record):
         values = algo.run(host, x.array, y.array)
         return sp.csr_matrix((values, host.indices.copy(), host.indptr.copy()), shape=host.shape)
 
-    from numba import cuda
-
     dev = _device_csr(A, x.dtype, "X")
     if x.on_device:
         result, values = arrays.empty_like_framework(x, (dev.nnz,), x.dtype)
         with record(x.array, y.array, values):
             algo.run(dev, x.array, y.array, values, stream=arrays.stream_of(x))
         return result
-    values = cuda.device_array(dev.nnz, dtype=x.dtype)
-    algo.run(dev, cuda.to_device(x.array), cuda.to_device(y.array), values)
+    values = _device_empty((dev.nnz,), x.dtype)
+    algo.run(dev, *_to_device(x.array, y.array), values)
     host = dev._host
     return sp.csr_matrix((values.copy_to_host(), host.indices.copy(), host.indptr.copy()), shape=host.shape)
 
@@ -218,15 +236,13 @@ def spmm_dense(A, X, W, *, backend="auto"):
         Z = algo.run(_host_csr(A, x.dtype, "X"), x.array, "sum")
         return arrays.host_result(x, Z @ w.array)
 
-    from numba import cuda
-
     dev = _device_csr(A, x.dtype, "X")
     if x.on_device:
         result, out = arrays.empty_like_framework(x, shape, x.dtype)
         hc.spmm_dense(dev, x.array, w.array, out, stream=arrays.stream_of(x))
         return result
-    out = cuda.device_array(shape, dtype=x.dtype)
-    hc.spmm_dense(dev, cuda.to_device(x.array), cuda.to_device(w.array), out)
+    out = _device_empty(shape, x.dtype)
+    hc.spmm_dense(dev, *_to_device(x.array, w.array), out)
     return arrays.host_result(x, out.copy_to_host())
 
 
@@ -252,6 +268,8 @@ def graph_attention(A, Q, K, V, *, fused=True, backend="auto"):
 
 
 def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
+    if not isinstance(fused, (bool, np.bool_)):
+        raise TypeError(f"fused must be True or False, got {type(fused).__name__} {fused!r}")
     x, y, z = _operands(*zip(names, (X, Y, Z)))
     m, n = _shape_of(A)
     if x.shape[0] != m or y.shape[0] != n or z.shape[0] != n:
@@ -269,17 +287,14 @@ def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
         run = cpu.attention_rows if softmax else cpu.sddmm_spmm_rows
         return arrays.host_result(x, run(host, x.array, y.array, z.array))
 
-    from numba import cuda
-
     dev = _device_csr(A, x.dtype, names[0])
     if x.on_device:
         result, out = arrays.empty_like_framework(x, shape, x.dtype)
         dispatch.sddmm_then_spmm(dev, x.array, y.array, z.array, out, softmax=softmax, fuse=fused,
                                  stream=arrays.stream_of(x))
         return result
-    out = cuda.device_array(shape, dtype=x.dtype)
-    dispatch.sddmm_then_spmm(dev, *(cuda.to_device(a.array) for a in (x, y, z)), out,
-                             softmax=softmax, fuse=fused)
+    out = _device_empty(shape, x.dtype)
+    dispatch.sddmm_then_spmm(dev, *_to_device(x.array, y.array, z.array), out, softmax=softmax, fuse=fused)
     return arrays.host_result(x, out.copy_to_host())
 
 

@@ -150,22 +150,34 @@ def _framework(x):
     return None
 
 
+def _check_torch(x, name):
+    """TypeError naming ``name`` for a tensor the kernels cannot read: not on the CPU or a CUDA
+    device (e.g. ``meta``: no data, and asking it for any would initialise CUDA), or of a dtype
+    other than float32/float64."""
+    if x.device.type not in ("cpu", "cuda"):
+        raise TypeError(f"{name} is a torch tensor on the {x.device.type!r} device; numbasparse takes CPU or "
+                        f"CUDA tensors")
+    if x.dtype not in _torch_dtypes():
+        raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype} (half precision is not "
+                        f"supported yet)")
+
+
 def dense(x, name, ndim):
-    """Validate ``x`` as a ``ndim``-D float32/float64 operand named ``name``."""
+    """Validate ``x`` as a ``ndim``-D float32/float64 operand named ``name``: no copy on the
+    device; on the host a C-contiguous array in native byte order (a copy where ``x`` is not)."""
     framework = _framework(x)
     if framework is None:
         raise TypeError(
             f"{name} must be a NumPy array or a CUDA array (__cuda_array_interface__: Numba, "
             f"CuPy, PyTorch), got {type(x).__module__}.{type(x).__name__}"
         )
-    if framework == "torch-cpu":
+    if framework in ("torch", "torch-cpu"):
+        _check_torch(x, name)
         if x.requires_grad:
             x = x.detach()
+    if framework == "torch-cpu":
         array = x.numpy()
     elif framework == "torch":
-        if x.requires_grad:
-            x = x.detach()
-        _torch_dtypes()
         array = DeviceView.of_torch(x)
     elif framework in ("cupy", "cai"):
         array = DeviceView(x, x.__cuda_array_interface__)
@@ -173,6 +185,9 @@ def dense(x, name, ndim):
         array = x
     if array.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(array.shape)}")
+    dtype = np.dtype(array.dtype)
+    if framework in ("numpy", "torch-cpu") and dtype.kind == "f" and not dtype.isnative:
+        array = array.astype(dtype.newbyteorder("="))  # the kernels read native floats: a copy
     check_value_dtype(array.dtype, name)
     if ndim == 2 and array.shape[1] * array.dtype.itemsize >= MAX_ROW_BYTES:
         raise ValueError(f"{name} has rows of {array.shape[1] * array.dtype.itemsize} bytes; the kernels "
@@ -185,6 +200,22 @@ def dense(x, name, ndim):
             f"first (torch: .contiguous(), CuPy: cupy.ascontiguousarray)"
         )
     return Dense(name, framework, array, x)
+
+
+def overlaps(a, b):
+    """True when two arrays (both host, or both device) share memory."""
+    a, b = (getattr(x, "_ary", x) for x in (a, b))  # the simulator's device arrays wrap NumPy arrays
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.shares_memory(a, b)
+    (pa, na), (pb, nb) = _extent(a), _extent(b)
+    return na > 0 and nb > 0 and pa < pb + nb and pb < pa + na
+
+
+def _extent(array):
+    """(device address, bytes) of a device array."""
+    interface = array.__cuda_array_interface__
+    size = math.prod(interface["shape"]) * np.dtype(interface["typestr"]).itemsize
+    return interface["data"][0] or 0, size
 
 
 def same_place(*operands):
@@ -221,7 +252,15 @@ def stream_of(op):
 
 
 def empty_like_framework(op, shape, dtype):
-    """(result object of ``op``'s framework, view the kernels write) for a new device array."""
+    """(result object of ``op``'s framework, view the kernels write) for a new device array
+    (MemoryError naming its size when the GPU's memory is exhausted)."""
+    from .cuda.device import allocating
+
+    with allocating(f"an output of shape {tuple(shape)}", math.prod(shape) * np.dtype(dtype).itemsize):
+        return _empty_like_framework(op, shape, dtype)
+
+
+def _empty_like_framework(op, shape, dtype):
     from numba import cuda
 
     if op.framework == "torch":

@@ -57,13 +57,17 @@ class CSR:
     def __init__(self, host):
         from numba import cuda
 
+        from .cuda.device import allocating, require_cuda
+
+        require_cuda("numbasparse.CSR (a matrix on the GPU)")
         self._host = host
         self._shape, self._nnz, self._dtype = host.shape, int(host.nnz), host.dtype  # asked on every call
         self._values_on_device_only = False  # True for with_values(): _host holds the pattern only
         self.cache = MatrixCache()
-        self.indptr = cuda.to_device(host.indptr)
-        self.indices = cuda.to_device(host.indices)
-        self.data = cuda.to_device(host.data)
+        with allocating("the CSR's arrays", host.indptr.nbytes + host.indices.nbytes + host.data.nbytes):
+            self.indptr = cuda.to_device(host.indptr)
+            self.indices = cuda.to_device(host.indices)
+            self.data = cuda.to_device(host.data)
 
     @classmethod
     def from_scipy(cls, A, *, dtype=None, index_dtype=None):

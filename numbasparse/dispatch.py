@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from . import cpu
 from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
-from .cuda.device import gpu_present, simulator_enabled
+from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
 from .preprocess.slab_tiles import slab_estimate
 
 BACKENDS = ("auto", "cuda", "cpu")
@@ -84,6 +84,16 @@ def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
         fused.edge_softmax(A, scores, weights, stream=stream)
         scores = weights
     hp.spmm_hp(A.with_values(scores), Z, out, "sum", stream=stream)
+
+
+def check_option(name, value, allowed):
+    """``value`` if it is one of the strings ``allowed``, else TypeError (not a string) or
+    ValueError naming the argument ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, one of {allowed}, got {type(value).__name__} {value!r}")
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
 
 
 def _table(*algorithms):
@@ -173,10 +183,8 @@ def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum", shap
     ``itemsize``: the operands', ``cache``: a device matrix's cache, for the rules of
     ``algorithm="auto"``)."""
     table = TABLES[op]
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if algorithm != "auto" and algorithm not in table:
-        raise ValueError(f"algorithm must be 'auto' or one of {tuple(table)}, got {algorithm!r}")
+    check_option("backend", backend, BACKENDS)
+    check_option("algorithm", algorithm, ("auto",) + tuple(table))
     if algorithm != "auto":
         wanted = table[algorithm].backend
         if backend not in ("auto", wanted):
@@ -186,8 +194,8 @@ def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum", shap
         backend = "cuda" if (on_device or gpu_present()) else "cpu"
     if backend == "cpu" and on_device:
         raise ValueError("backend='cpu' needs host (NumPy) arrays, but the operands are CUDA arrays")
-    if backend == "cuda" and not (gpu_present() or simulator_enabled()):
-        raise ValueError("backend='cuda' needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1); none was found")
+    if backend == "cuda":
+        require_cuda(f"backend='cuda' (algorithm {algorithm!r})")
     name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, nnz, shape, itemsize, cache)
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")

@@ -3,6 +3,8 @@
 import numpy as np
 from numba import njit, prange
 
+from .threads import parallel_call
+
 
 @njit(parallel=True, cache=True)
 def _fused_rows(indptr, indices, data, X, Y, Z, out, softmax):
@@ -33,12 +35,12 @@ def _fused_rows(indptr, indices, data, X, Y, Z, out, softmax):
 def sddmm_spmm_rows(A, X, Y, Z):
     """``(A ⊙ (X Y^T)) Z`` for a canonical scipy CSR ``A``."""
     out = np.empty((A.shape[0], Z.shape[1]), dtype=Z.dtype)
-    _fused_rows(A.indptr, A.indices, A.data, X, Y, Z, out, False)
+    parallel_call(_fused_rows, A.indptr, A.indices, A.data, X, Y, Z, out, False)
     return out
 
 
 def attention_rows(A, Q, K, V):
     """``softmax_row(A ⊙ (Q K^T)) V`` (softmax over each row's stored entries)."""
     out = np.empty((A.shape[0], V.shape[1]), dtype=V.dtype)
-    _fused_rows(A.indptr, A.indices, A.data, Q, K, V, out, True)
+    parallel_call(_fused_rows, A.indptr, A.indices, A.data, Q, K, V, out, True)
     return out

@@ -2,6 +2,8 @@
 import numpy as np
 from numba import njit, prange
 
+from .threads import parallel_call
+
 
 @njit(parallel=True, cache=True)
 def _sddmm_rows(indptr, indices, data, X, Y, out, zero):
@@ -18,5 +20,5 @@ def _sddmm_rows(indptr, indices, data, X, Y, out, zero):
 def sddmm_rows(A, X, Y):
     """``a_ij * <X[i], Y[j]>`` for each stored entry of ``A`` (canonical scipy CSR), in order."""
     out = np.empty(A.nnz, dtype=X.dtype)
-    _sddmm_rows(A.indptr, A.indices, A.data, X, Y, out, X.dtype.type(0))
+    parallel_call(_sddmm_rows, A.indptr, A.indices, A.data, X, Y, out, X.dtype.type(0))
     return out

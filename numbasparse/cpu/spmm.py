@@ -2,7 +2,8 @@
 import numpy as np
 from numba import njit, prange
 
-from ..cuda.reductions import CODES, MAX, MEAN, MIN
+from ..reductions import CODES, MAX, MEAN, MIN
+from .threads import parallel_call
 
 
 @njit(parallel=True, cache=True)
@@ -37,5 +38,5 @@ def _spmm_rows(indptr, indices, data, B, C, code):
 def spmm_rows(A, B, reduce, out=None):
     """``reduce_k a_ik * B[k]`` for each row i; ``A`` canonical scipy CSR, ``B`` C-contiguous."""
     C = np.empty((A.shape[0], B.shape[1]), dtype=B.dtype) if out is None else out
-    _spmm_rows(A.indptr, A.indices, A.data, B, C, CODES[reduce])
+    parallel_call(_spmm_rows, A.indptr, A.indices, A.data, B, C, CODES[reduce])
     return C

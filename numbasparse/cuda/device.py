@@ -1,5 +1,7 @@
-"""What numbasparse asks of the GPU, in one place: is there one, and its limits (SMs, threads and
-registers per SM) for occupancy."""
+"""What numbasparse asks of the GPU, in one place: is there one (and the one error when there is
+none), its limits (SMs, threads and registers per SM) for occupancy, and the one error when its
+memory runs out; plus the thread-grid helpers the kernel families share."""
+import contextlib
 import functools
 
 from numba import cuda
@@ -23,6 +25,30 @@ def gpu_present():
         return bool(cuda.is_available())
     except Exception:  # a broken driver is the same as no GPU here
         return False
+
+
+def require_cuda(what):
+    """Raise the one "no GPU" error (RuntimeError) unless CUDA kernels can run: a real GPU, or
+    the simulator.  ``what`` names what needed it."""
+    if not (simulator_enabled() or gpu_present()):
+        raise RuntimeError(f"{what} needs a CUDA GPU (or the Numba CUDA simulator, NUMBA_ENABLE_CUDASIM=1); "
+                           f"none was found")
+
+
+@contextlib.contextmanager
+def allocating(what, n_bytes):
+    """Turn the GPU's out-of-memory error of any framework (Numba, PyTorch, CuPy) raised inside
+    the block into a MemoryError naming ``what`` and its size."""
+    try:
+        yield
+    except MemoryError:
+        raise
+    except Exception as error:
+        code = getattr(error, "code", None)
+        if code == 2 or "OutOfMemory" in type(error).__name__ or "out of memory" in str(error).lower():
+            raise MemoryError(f"out of GPU memory allocating {what}: {n_bytes} bytes "
+                              f"({n_bytes / 2**30:.2f} GiB)") from error
+        raise
 
 
 @functools.lru_cache(maxsize=None)

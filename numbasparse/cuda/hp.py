@@ -502,7 +502,10 @@ def _scratch(A, key, plan, n, dtype, stream):
     is safe: CUDA runs the launches of one executable graph one after another.)"""
     handle = launch.stream_handle(stream)
     words = flagged_words(2 * plan.grid[0] * n, dtype.itemsize)
-    parts = A.cache.get_or_build("scratch", (key, handle), lambda: cuda.to_device(np.zeros(words, np.uint64)))
+    def build():
+        with device.allocating("HP-SpMM's scratch", words * 8):
+            return cuda.to_device(np.zeros(words, np.uint64))
+    parts = A.cache.get_or_build("scratch", (key, handle), build)
     return handle, parts
 
 

@@ -28,6 +28,8 @@ from numba import cuda
 #: Driver errors in a row after which a kernel's fast launch stays off (one error, e.g. from a
 #: thread with no current context, only sends that call through Numba's launch).
 FAST_LAUNCH_FAILURES = 3
+#: The driver's error for a thread with no current context, which Numba's launch then sets up.
+CUDA_ERROR_INVALID_CONTEXT = 201
 #: The widest vector access is 4 float64: 32 bytes.
 MAX_ALIGNMENT = 32
 
@@ -193,8 +195,9 @@ class _FastLaunch:
         bx, by, bz = block
         (err,) = _driver()[0](self.function, gx, gy, gz, bx, by, bz, 0, handle, params_address, 0)
         if err:
-            self.failures += 1
-            self.enabled = self.failures < FAST_LAUNCH_FAILURES
+            if int(err) != CUDA_ERROR_INVALID_CONTEXT:  # (a new thread's first launch: Numba sets its context)
+                self.failures += 1
+                self.enabled = self.failures < FAST_LAUNCH_FAILURES
             return False
         self.failures = 0
         return True

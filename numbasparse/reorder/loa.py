@@ -3,12 +3,18 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from ._checks import graph_copy, positive_int
+
 
 @njit(cache=True)
 def _loa(indptr, indices, t_indptr, t_indices, order, window, vertex_window):
     """Greedy row windows: start from the first unvisited vertex of ``order`` and add, ``window-1``
     times, the candidate among the next ``vertex_window`` unvisited ones that maximises the
     window's computing intensity (nnz / non-zero columns), ties to the higher degree.
+
+    Terminates: ``order`` is a permutation of 0..n-1, so while ``placed < n`` an unvisited
+    vertex is left at or after ``head`` (the scan is also bounded by n), and every turn of the
+    outer loop places at least one vertex.  The CSR must be canonical (no duplicates).
 
     Non-zero columns are kept incrementally (Algorithm 6): ``shared[v]`` counts the columns of
     v already in the window, updated only for the columns a new member brings (through the
@@ -23,8 +29,10 @@ def _loa(indptr, indices, t_indptr, t_indices, order, window, vertex_window):
     placed = 0
     head = 0
     while placed < n:
-        while visited[order[head]]:
+        while head < n and visited[order[head]]:
             head += 1
+        if head == n:
+            break  # unreachable for a permutation ``order``; loa() checks the result
         member = order[head]
         n_cols = 0
         n_rows = 0
@@ -79,18 +87,25 @@ def loa(A, *, window=16, vertex_window=64):
 
     Vertices are first sorted by their smallest neighbour (Algorithm 5, line 2; isolated ones
     last); ``vertex_window`` bounds the candidates examined per step (our default, 64, keeps
-    the cost linear in the graph: window * vertex_window candidate checks per window)."""
-    if not sp.issparse(A) or A.ndim != 2 or A.shape[0] != A.shape[1]:
-        raise ValueError("A must be a square scipy.sparse matrix")
-    if window < 1 or vertex_window < 1:
-        raise ValueError("window and vertex_window must be positive")
-    A = sp.csr_matrix(A)
-    A.sum_duplicates()
+    the cost linear in the graph: window * vertex_window candidate checks per window).
+
+    A: square scipy.sparse matrix; only its pattern is used, but NaN/inf weights are refused
+        (ValueError); negative weights are accepted (signed matrices such as Laplacians).
+        ``A`` is never modified (unsorted indices and duplicates are handled on a copy).
+    window, vertex_window: positive integers (Python or numpy ints; bools and floats are
+        refused); values above n behave as n."""
+    window = positive_int(window, "window")
+    vertex_window = positive_int(vertex_window, "vertex_window")
+    A = graph_copy(A, non_negative=False, dtype=None)  # canonical, and shares nothing with A
     n = A.shape[0]
+    window, vertex_window = min(window, max(n, 1)), min(vertex_window, max(n, 1))  # same result
     first = np.full(n, n, np.int64)
     nonempty = np.diff(A.indptr) > 0
     first[nonempty] = A.indices[A.indptr[:-1][nonempty]]  # sorted indices: first = smallest
     order = np.argsort(first, kind="stable").astype(np.int64)
     T = sp.csr_matrix(A.T)
-    return _loa(A.indptr.astype(np.int64), A.indices.astype(np.int64), T.indptr.astype(np.int64),
-                T.indices.astype(np.int64), order, int(window), int(vertex_window))
+    perm = _loa(A.indptr.astype(np.int64), A.indices.astype(np.int64), T.indptr.astype(np.int64),
+                T.indices.astype(np.int64), order, window, vertex_window)
+    if n and (perm.min() < 0 or perm.max() >= n or np.bincount(perm, minlength=n).max() != 1):
+        raise RuntimeError("loa produced no permutation: please report this graph")
+    return perm

@@ -2,24 +2,26 @@
 import numpy as np
 import scipy.sparse as sp
 
+from ._checks import graph_copy, positive_int
 from .louvain import louvain
 
 
 def check_permutation(perm, n):
+    """``perm`` as a new int64 array, if it is a permutation of 0..n-1 (ValueError otherwise)."""
     perm = np.asarray(perm)
     if perm.shape != (n,) or perm.dtype.kind not in "iu" or not np.array_equal(np.sort(perm), np.arange(n)):
         raise ValueError(f"perm must be a permutation of 0..{n - 1}")
-    return perm.astype(np.int64)
+    return perm.astype(np.int64)  # a copy, even of an int64 perm
 
 
 def permute(A, perm):
     """``P A P^T``: row and column ``new`` of the result are row and column ``perm[new]`` of A.
 
-    The result has sorted column indices in every row."""
-    if not sp.issparse(A) or A.shape[0] != A.shape[1]:
-        raise ValueError("A must be a square scipy.sparse matrix")
+    The result is a new canonical CSR matrix (sorted column indices in every row, duplicates
+    of ``A`` summed) of ``A``'s dtype.  ``A``: a square scipy.sparse matrix without NaN/inf
+    weights (ValueError); negative weights are fine.  Neither ``A`` nor ``perm`` is modified."""
+    A = graph_copy(A, non_negative=False, dtype=None)
     perm = check_permutation(perm, A.shape[0])
-    A = sp.csr_matrix(A)
     result = sp.csr_matrix(A[perm][:, perm])
     result.sort_indices()  # column indexing leaves rows unsorted; kernels and users expect order
     return result
@@ -33,6 +35,8 @@ def cluster_order(A, **louvain_args):
     order inside a community (a stable sort by label), so whatever locality the input order
     already has survives, while rows that share neighbours become neighbours themselves: the
     warps that process them then read the same rows of B while those are still in L2.
+
+    ``louvain_args`` (resolution, seed, threshold) and ``A`` are checked by :func:`louvain`.
     """
     labels = louvain(A, **louvain_args)
     first = np.full(labels.max() + 1 if labels.size else 0, labels.size, np.int64)
@@ -43,10 +47,14 @@ def cluster_order(A, **louvain_args):
 
 def row_window_stats(A, window=16):
     """Per window of ``window`` consecutive rows: (nnz, non-zero columns, computing intensity
-    = nnz / non-zero columns, 0 for an empty window), as three arrays (HC-SpMM, paper 001)."""
-    if window < 1:
-        raise ValueError("window must be positive")
-    A = sp.csr_matrix(A)
+    = nnz / non-zero columns, 0 for an empty window), as three arrays (HC-SpMM, paper 001).
+
+    ``A``: a scipy.sparse matrix, any shape, without NaN/inf weights (ValueError); only its
+    pattern counts (duplicates count once).  ``window``: a positive integer (bools and floats are
+    refused); values above the row count behave as the row count."""
+    window = positive_int(window, "window")
+    A = graph_copy(A, square=False, non_negative=False, dtype=None)
+    window = min(window, max(A.shape[0], 1))  # one window either way; keeps numpy in int64
     n_windows = -(-A.shape[0] // window)
     win_of_entry = np.repeat(np.arange(A.shape[0]) // window, np.diff(A.indptr))
     nnz = np.bincount(win_of_entry, minlength=n_windows)
