@@ -2,8 +2,9 @@
 section III-D): ``C[i, j] = reduce_k a_ik * B[k, j]`` over the stored entries of row i.
 
 Empty rows give 0 for every reduction; ``mean`` divides by the number of stored entries of the
-row.  NaN products: sum and mean propagate them; for max and min the result is unspecified (a
-NaN may or may not win, depending on the order in which a kernel meets the entries).
+row.  NaN products propagate for every reduction and on every backend and kernel: a row with a
+NaN product gives NaN, for max and min too (as ``torch.amax`` and ``np.maximum`` do; ``np.fmax``
+would ignore it).
 Kernel factories take the integer code as a compile-time constant, so a kernel's branches on
 it fold away.
 """

@@ -267,3 +267,25 @@ def test_sddmm_spmm_rejects_mixed_dtypes(small):
     A, _ = small
     with pytest.raises(TypeError, match="same dtype"):
         ns.sddmm_spmm(A, np.ones((9, 2), np.float32), np.ones((6, 2), np.float32), np.ones((6, 2)))
+
+
+@pytest.mark.parametrize("algorithm", [a for a in ns.algorithms("spmm") if "max" in ns.dispatch.SPMM[a].reductions])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_nan_products_win_in_max_and_min_on_every_backend_and_kernel(algorithm, reduce, rng):
+    """One rule everywhere: a row with a NaN product gives NaN (wherever in the row it falls:
+    first, middle, last, in a split row), as torch.amax and np.maximum do."""
+    dense = np.zeros((6, 12))
+    dense[0, [1, 4, 7]] = 1.0                 # NaN first in the row
+    dense[1, [0, 2, 5, 9, 11]] = -2.0         # NaN in the middle
+    dense[2, [3, 10]] = 0.5                   # NaN last
+    dense[4, [0, 2, 4, 6, 7, 8, 9, 11]] = rng.standard_normal(8)  # no NaN (the longest row)
+    A = sp.csr_matrix(dense)
+    B = random_dense(rng, (12, 4), np.float32)
+    B[1, 0] = B[5, 1] = B[10, 2] = np.nan
+    B[3, 3] = np.nan                           # row 2 column 3: 0.5 * NaN
+    expected = spmm_reference(A, B, reduce)
+    C = ns.spmm(A, B, reduce=reduce, algorithm=algorithm)
+    assert np.array_equal(np.isnan(C), np.isnan(expected))
+    assert np.isnan(expected).sum() == 4
+    finite = ~np.isnan(expected)
+    assert_close(np.where(finite, C, 0), np.where(finite, expected, 0), np.float32)

@@ -23,7 +23,7 @@ def _spmm_rows(indptr, indices, data, B, C, code):
                 k, v = indices[p], data[p]
                 for j in range(n):
                     x = v * B[k, j]
-                    if (code == MAX and x > out[j]) or (code == MIN and x < out[j]):
+                    if (code == MAX and (x > out[j] or x != x)) or (code == MIN and (x < out[j] or x != x)):
                         out[j] = x
         else:
             out[:] = 0

@@ -316,7 +316,9 @@ def _make_atomic_extremum(maximum):
     as signed integers when non-negative, in reverse as unsigned integers when negative, so
     max takes a signed-integer max for a value with a clear sign bit and an unsigned min
     otherwise (min: signed min, unsigned max).  Exact for every non-NaN value, +-0 and
-    +-inf included."""
+    +-inf included.  A NaN wins and then stays (as :func:`numbasparse.cuda.reductions.combine`
+    has it): for max it is stored as the largest positive NaN (all bits but the sign), above
+    every other value under both orders; for min as the NaN of all bits set, below them."""
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
 
@@ -329,7 +331,10 @@ def _make_atomic_extremum(maximum):
             ptr = _item_pointer(context, builder, sig, args)
             bits = ir.IntType(arr_type.dtype.bitwidth)
             x = context.cast(builder, args[3], sig.args[3], arr_type.dtype)
-            x_bits = builder.bitcast(x, bits)
+            width = arr_type.dtype.bitwidth
+            nan_bits = ir.Constant(bits, (1 << (width - 1)) - 1 if maximum else (1 << width) - 1)
+            is_nan = builder.fcmp_unordered("uno", x, x)
+            x_bits = builder.select(is_nan, nan_bits, builder.bitcast(x, bits))
             int_ptr = builder.bitcast(ptr, bits.as_pointer())
             non_negative = builder.icmp_signed(">=", x_bits, ir.Constant(bits, 0))
             with builder.if_else(non_negative) as (clear, negative):
@@ -352,11 +357,15 @@ else:  # pragma: no cover - simulator only: simulated threads are Python threads
 
     def atomic_max_float(arr, i, j, value):
         with _atomic_lock:
-            arr[i, j] = max(arr[i, j], value)
+            old = arr[i, j]
+            if value > old or value != value:
+                arr[i, j] = value
 
     def atomic_min_float(arr, i, j, value):
         with _atomic_lock:
-            arr[i, j] = min(arr[i, j], value)
+            old = arr[i, j]
+            if value < old or value != value:
+                arr[i, j] = value
 
 
 def _make_vector_red_add(width, column_first=False):

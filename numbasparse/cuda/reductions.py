@@ -6,10 +6,11 @@ from ..reductions import CODES, MAX, MEAN, MIN, SUM, initial  # noqa: F401  (re-
 
 @cuda.jit(device=True, inline="always")
 def combine(code, acc, x):
+    """acc (reduce) x; for max and min a NaN on either side wins (as ``torch.amax``)."""
     if code == MAX:
-        return max(acc, x)
+        return x if x > acc or x != x else acc
     if code == MIN:
-        return min(acc, x)
+        return x if x < acc or x != x else acc
     return acc + x
 
 

@@ -214,3 +214,22 @@ def test_plan_is_kept_in_the_matrix_cache_and_cleared():
     assert dev.cache.sizes() == {"plans": 0, "scratch": 0, "bound": 0, "replays": 0}
     hp.spmm_hp(dev, B, C, "sum")  # rebuilt
     assert_close(C.copy_to_host(), spmm_reference(A, B.copy_to_host(), "sum"), np.float32)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("single", [False, True])
+def test_nan_wins_in_rows_split_across_groups_and_blocks(reduce, single):
+    """A NaN product in any piece of a split row (merged in the block, combined atomically or
+    through the look-back) makes the row's result NaN."""
+    rng = np.random.default_rng()
+    dense = np.zeros((5, 30))
+    dense[1] = rng.standard_normal(30)       # split into 15 two-entry groups, several blocks
+    dense[3, :7] = rng.standard_normal(7)
+    A = sp.csr_matrix(dense)
+    B = random_dense(rng, (30, 8), np.float32)
+    B[21, 2] = np.nan                         # late in row 1
+    B[2, 5] = np.nan                          # early in rows 1 and 3
+    C = run_hp(A, B, reduce, nnz_per_group=2, lanes=4, single=single)
+    expected = spmm_reference(A, B, reduce)
+    assert np.array_equal(np.isnan(C), np.isnan(expected)) and np.isnan(expected).sum() == 3
+    assert_close(np.nan_to_num(C), np.nan_to_num(expected), np.float32)

@@ -139,3 +139,16 @@ def test_auto_runs_the_slab_kernel_on_a_dense_graph():
     C = ns.spmm(dev, cuda.to_device(B)).copy_to_host()
     assert any(key[0] == "spmm_slab" for key in dev.cache.sections["plans"])
     assert_close(C, spmm_reference(A, B), np.float32)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_nan_wins_in_segments_combined_atomically(reduce):
+    config = replace(slab.DEFAULT, max_segment=3)
+    rng = np.random.default_rng()
+    A = random_graph(rng, (6, 20), [0, 20, 5, 0, 12, 3])
+    B = random_dense(rng, (20, 8), np.float32)
+    B[A.indices[A.indptr[1] + 17], 1] = np.nan    # a late segment of row 1
+    C = run_slab(A, B, reduce, slab_width=8, tile_nnz=6, config=config)
+    expected = spmm_reference(A, B, reduce)
+    assert np.array_equal(np.isnan(C), np.isnan(expected)) and np.isnan(expected).any()
+    assert_close(np.nan_to_num(C), np.nan_to_num(expected), np.float32)
