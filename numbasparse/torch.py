@@ -8,7 +8,8 @@ with respect to its dense operands and the values.
 Gradients (C = A B with A's values a):  dB = A^T dC (SpMM on the transposed pattern with the
 values gathered), da_ij = <dC_i, B_j> (SDDMM).  SDDMM s_ij = a_ij <X_i, Y_j>: dX = (a ⊙ ds) Y,
 dY = (a ⊙ ds)^T X, da = ds ⊙ <X_i, Y_j>.  The fused operations recompute their scores in the
-backward pass (as FlashAttention does) instead of storing them.
+backward pass (as FlashAttention does) instead of storing them.  Backward passes are built from
+the same differentiable operations, so ``create_graph=True`` gives exact second derivatives.
 
 CPU tensors run on the CPU backend (numba.njit), CUDA tensors on the GPU kernels, so
 ``torch.autograd.gradcheck`` runs in float64 on either.
@@ -82,35 +83,39 @@ def _numpy_dtype(dtype):
 
 
 def _sddmm_values(graph, X, Y, values):
-    """``values ⊙ <X_i, Y_j>`` over the pattern, as a tensor in entry order."""
+    """``values ⊙ <X_i, Y_j>`` over the pattern, as a tensor in entry order (no autograd)."""
     out = api.sddmm(graph.matrix(values), X.detach().contiguous(), Y.detach().contiguous())
     return torch.from_numpy(out.data) if sp.issparse(out) else out
 
 
-def _spmm(graph, values, B, transpose=False):
-    return api.spmm(graph.matrix(values, transpose), B.detach().contiguous())
-
+# The backward passes are written with the autograd Functions themselves (and torch ops), so
+# that with ``create_graph=True`` they record their own graph: second derivatives are exact.
 
 class _SpMM(torch.autograd.Function):
+    """C = A B, or A^T B with ``transpose`` (A's values in the pattern's entry order)."""
+
     @staticmethod
-    def forward(ctx, graph, values, B):
-        ctx.graph = graph
+    def forward(ctx, graph, values, B, transpose):
+        ctx.graph, ctx.transpose = graph, transpose
         ctx.save_for_backward(values, B)
-        return _spmm(graph, values, B)
+        return api.spmm(graph.matrix(values, transpose), B.detach().contiguous())
 
     @staticmethod
     def backward(ctx, dC):
         values, B = ctx.saved_tensors
-        graph = ctx.graph
+        graph, transpose = ctx.graph, ctx.transpose
         dvalues = dB = None
-        if ctx.needs_input_grad[1]:
-            dvalues = _sddmm_values(graph, dC, B, torch.ones_like(values))
+        if ctx.needs_input_grad[1]:  # a_ij: <dC_i, B_j> (A B) or <B_i, dC_j> (A^T B)
+            ones = torch.ones_like(values)
+            dvalues = _SDDMM.apply(graph, ones, B, dC) if transpose else _SDDMM.apply(graph, ones, dC, B)
         if ctx.needs_input_grad[2]:
-            dB = _spmm(graph, values, dC, transpose=True)
-        return None, dvalues, dB
+            dB = _SpMM.apply(graph, values, dC, not transpose)
+        return None, dvalues, dB, None
 
 
 class _SDDMM(torch.autograd.Function):
+    """s = values ⊙ <X_i, Y_j> per stored entry (i, j)."""
+
     @staticmethod
     def forward(ctx, graph, values, X, Y):
         ctx.graph = graph
@@ -120,24 +125,25 @@ class _SDDMM(torch.autograd.Function):
     @staticmethod
     def backward(ctx, ds):
         values, X, Y = ctx.saved_tensors
-        return (None,) + _score_grads(ctx, ctx.graph, values, X, Y, ds)
+        return (None,) + _score_grads(ctx.needs_input_grad[1:4], ctx.graph, values, X, Y, ds)
 
 
-def _score_grads(ctx, graph, values, X, Y, ds):
-    """Gradients of s = values ⊙ <X_i, Y_j> given ds: (dvalues, dX, dY)."""
+def _score_grads(needs, graph, values, X, Y, ds):
+    """Gradients of s = values ⊙ <X_i, Y_j> given ds: (dvalues, dX, dY), None where not needed."""
     dvalues = dX = dY = None
     weighted = values * ds
-    if ctx.needs_input_grad[1]:
-        dvalues = ds * _sddmm_values(graph, X, Y, torch.ones_like(values))
-    if ctx.needs_input_grad[2]:
-        dX = _spmm(graph, weighted, Y)
-    if ctx.needs_input_grad[3]:
-        dY = _spmm(graph, weighted, X, transpose=True)
+    if needs[0]:
+        dvalues = ds * _SDDMM.apply(graph, torch.ones_like(values), X, Y)
+    if needs[1]:
+        dX = _SpMM.apply(graph, weighted, Y, False)
+    if needs[2]:
+        dY = _SpMM.apply(graph, weighted, X, True)
     return dvalues, dX, dY
 
 
 class _ScoresTimes(torch.autograd.Function):
-    """out = f(s) Z with s = values ⊙ <X_i, Y_j> and f the identity or the row softmax."""
+    """out = f(s) Z with s = values ⊙ <X_i, Y_j> and f the identity or the row softmax; the
+    forward is one fused kernel, the backward recomputes s (it is never stored)."""
 
     @staticmethod
     def forward(ctx, graph, values, X, Y, Z, softmax):
@@ -150,20 +156,20 @@ class _ScoresTimes(torch.autograd.Function):
     def backward(ctx, dout):
         values, X, Y, Z = ctx.saved_tensors
         graph = ctx.graph
-        s = _sddmm_values(graph, X, Y, values)  # recomputed, not stored by forward
+        s = _SDDMM.apply(graph, values, X, Y)
         weights = _edge_softmax(graph, s) if ctx.softmax else s
-        dZ = _spmm(graph, weights, dout, transpose=True) if ctx.needs_input_grad[4] else None
-        dweights = _sddmm_values(graph, dout, Z, torch.ones_like(values))
+        dZ = _SpMM.apply(graph, weights, dout, True) if ctx.needs_input_grad[4] else None
+        dweights = _SDDMM.apply(graph, torch.ones_like(values), dout, Z)
         if ctx.softmax:  # softmax backward per row: w ⊙ (dw - sum_j w dw)
             ds = weights * (dweights - graph.row_sums(weights * dweights)[graph._rows])
         else:
             ds = dweights
-        return (None,) + _score_grads(ctx, graph, values, X, Y, ds) + (dZ, None)
+        return (None,) + _score_grads(ctx.needs_input_grad[1:4], graph, values, X, Y, ds) + (dZ, None)
 
 
 def _edge_softmax(graph, s):
     largest = torch.full((graph.shape[0],), -torch.inf, dtype=s.dtype, device=s.device)
-    largest = largest.scatter_reduce(0, graph._rows, s, "amax")
+    largest = largest.scatter_reduce(0, graph._rows, s.detach(), "amax")  # a constant shift
     e = torch.exp(s - largest[graph._rows])
     return e / graph.row_sums(e)[graph._rows]
 
@@ -186,7 +192,7 @@ def spmm(graph, B, values=None, *, reduce="sum"):
         values = values / graph.degrees(values.dtype).clamp(min=1)[graph._rows]
     elif reduce != "sum":
         raise ValueError(f"reduce must be 'sum' or 'mean' for autograd, got {reduce!r}")
-    return _SpMM.apply(graph, values, B)
+    return _SpMM.apply(graph, values, B, False)
 
 
 def sddmm(graph, X, Y, values=None):
