@@ -1,4 +1,6 @@
 """Real-GPU checks: larger graphs, CuPy and PyTorch arrays in and out (skipped without a GPU)."""
+import contextlib
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -239,3 +241,42 @@ def test_repeated_torch_sddmm_is_replayed():
         S = ns.sddmm(A, X, Y)
         assert_close(S.cpu().numpy(), sddmm_reference(graph, X.cpu().numpy(), Y.cpu().numpy()), np.float32)
     assert replays(A) == 1
+
+
+@pytest.mark.parametrize("graph, reduce", [(graphs.rmat(10, 8), "sum"), (graphs.rmat(12, 16), "max"),
+                                           (graphs.rmat(12, 16), "sum")],
+                         ids=["single-launch-sum", "fill-max", "memset-sum"])
+@pytest.mark.parametrize("streams", ["two streams", "one side stream", "default stream"])
+def test_threads_share_a_csr_on_one_or_several_streams(graph, reduce, streams):
+    """Two Python threads call spmm and sddmm on the same CSR at once (its plans, bound launches,
+    replays and per-stream scratch shared): every result right, on every stream layout."""
+    import threading
+
+    torch = pytest.importorskip("torch")
+    A = ns.CSR.from_scipy(graph)
+    side = [torch.cuda.Stream(), torch.cuda.Stream()]
+    chosen = {"two streams": side, "one side stream": [side[0]] * 2, "default stream": [None, None]}[streams]
+    errors = []
+
+    def work(stream, seed):
+        try:
+            generator = torch.Generator(device="cuda").manual_seed(seed)
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                for _ in range(12):
+                    B = torch.randn(graph.shape[1], 32, device="cuda", generator=generator)
+                    X = torch.randn(graph.shape[0], 16, device="cuda", generator=generator)
+                    C, S = ns.spmm(A, B, reduce=reduce), ns.sddmm(A, X, X)
+                    torch.cuda.current_stream().synchronize()
+                    assert_close(C.cpu().numpy(), spmm_reference(graph, B.cpu().numpy(), reduce), np.float32)
+                    Xh = X.cpu().numpy()
+                    assert_close(S.cpu().numpy(), sddmm_reference(graph, Xh, Xh), np.float32)
+        except Exception as error:  # noqa: BLE001 (reported by the main thread)
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(stream, seed)) for seed, stream in enumerate(chosen)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads), "a thread hung"
+    assert not errors, errors
