@@ -254,10 +254,13 @@ def stream_of(op):
 def empty_like_framework(op, shape, dtype):
     """(result object of ``op``'s framework, view the kernels write) for a new device array
     (MemoryError naming its size when the GPU's memory is exhausted)."""
-    from .cuda.device import allocating
-
-    with allocating(f"an output of shape {tuple(shape)}", math.prod(shape) * np.dtype(dtype).itemsize):
+    try:
         return _empty_like_framework(op, shape, dtype)
+    except Exception as error:  # (no context manager here: this runs on every full call)
+        from .cuda.device import out_of_memory
+
+        raise out_of_memory(error, f"an output of shape {tuple(shape)}",
+                            math.prod(shape) * np.dtype(dtype).itemsize) from error
 
 
 def _empty_like_framework(op, shape, dtype):

@@ -19,8 +19,9 @@ Policy: each section keeps at most ``LIMITS[section]`` entries and drops the lea
 used one beyond that (a dropped entry is rebuilt by the next call that needs it; a bound launch
 or replay holds the buffers it points to, so dropping a scratch buffer never frees memory still
 in use).  ``CSR.clear_cache()`` empties every section of the matrix and so frees its device
-memory but the matrix itself.  The sections are guarded by one lock per sparsity pattern, so
-threads may share a matrix (a plan is built once, by the first thread that needs it).
+memory but the matrix itself.  Changes to the sections are made under one lock per sparsity
+pattern (reads are single atomic dictionary operations), so threads may share a matrix (a plan
+is built once, by the first thread that needs it).
 Compiled kernels are not per matrix: their factories keep them for the process
 (:func:`numbasparse.cuda.launch.kernel_factory`).
 """
@@ -49,14 +50,17 @@ class MatrixCache:
                              for name in LIMITS}
 
     def get(self, section, key, default=None):
-        """The entry ``key`` of ``section`` (marked as just used), or ``default``."""
+        """The entry ``key`` of ``section`` (marked as just used), or ``default``.  No lock: each
+        step is one atomic operation of the C OrderedDict (the calls' hot path)."""
         entries = self.sections[section]
-        with self.lock:
-            value = entries.get(key, _MISSING)
-            if value is _MISSING:
-                return default
+        value = entries.get(key, _MISSING)
+        if value is _MISSING:
+            return default
+        try:
             entries.move_to_end(key)
-            return value
+        except KeyError:  # dropped by another thread meanwhile: still a valid value for this call
+            pass
+        return value
 
     def put(self, section, key, value):
         """Store ``value`` as entry ``key`` of ``section``, dropping the least recently used

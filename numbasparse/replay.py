@@ -23,8 +23,6 @@ a device matrix goes through :func:`call`:
 
 Replays live in the ``replays`` section of the matrix's cache (:mod:`numbasparse.cache`).
 """
-import contextlib
-
 from . import arrays
 from .csr import CSR
 from .cuda import launch
@@ -40,7 +38,7 @@ def call(A, options, operands, out, new_outputs, full_call):
     outputs in the order of ``new_outputs(*operands)`` (the tensors a replay allocates)."""
     key = _signature(A, options, operands, out)
     if key is None:
-        return full_call(_no_record)
+        return full_call(_NOT_RECORDED)
     entry = A.cache.get("replays", key)
     if isinstance(entry, Replay):
         outputs = new_outputs(*operands)
@@ -48,25 +46,53 @@ def call(A, options, operands, out, new_outputs, full_call):
         if entry(pointers, key[-1]):
             return outputs[0] if len(outputs) == 1 else outputs
         entry = REPLAY_FROM_CALL - 1  # alignment differs, or the fast launch is off: record again
-    seen = (entry or 0) + 1
-
-    @contextlib.contextmanager
-    def record(*views):
-        if seen < REPLAY_FROM_CALL - 1:
-            yield
-            A.cache.put("replays", key, seen)
-            return
-        recording = Recording(views)
-        with launch.observing(recording):
-            yield
-        A.cache.put("replays", key, recording.replay() or seen)
-
-    return full_call(record)
+    return full_call(_Recorder(A, key, (entry or 0) + 1))
 
 
-@contextlib.contextmanager
-def _no_record(*views):
-    yield
+class _Recorder:
+    """``record(*views)`` of a full call with a signature: counts the call in the matrix's
+    ``replays`` section and, from the signature's REPLAY_FROM_CALL - 1-th call on, records it
+    and keeps its :class:`Replay` (or the count, if it cannot be replayed)."""
+
+    __slots__ = ("A", "key", "seen", "recording", "observing")
+
+    def __init__(self, A, key, seen):
+        self.A, self.key, self.seen = A, key, seen
+        self.recording = self.observing = None
+
+    def __call__(self, *views):
+        if self.seen >= REPLAY_FROM_CALL - 1:
+            self.recording = Recording(views)
+        return self
+
+    def __enter__(self):
+        if self.recording is not None:
+            self.observing = launch.observing(self.recording)
+            self.observing.__enter__()
+
+    def __exit__(self, kind, error, trace):
+        if self.observing is not None:
+            self.observing.__exit__(kind, error, trace)
+        if kind is None:
+            replayed = self.recording.replay() if self.recording is not None else None
+            self.A.cache.put("replays", self.key, replayed or self.seen)
+        return False
+
+
+class _NotRecorded:
+    """``record(*views)`` of a call without a signature: nothing to do."""
+
+    def __call__(self, *views):
+        return self
+
+    def __enter__(self):
+        pass
+
+    def __exit__(self, kind, error, trace):
+        return False
+
+
+_NOT_RECORDED = _NotRecorded()
 
 
 def _signature(A, options, operands, out):

@@ -69,3 +69,33 @@ def test_contiguous_view_exports_no_strides_so_numba_types_it_as_c_layout():
     view = DeviceView(None, FakeCudaArray((3, 5), strides=(20, 4)).__cuda_array_interface__)
     assert view.__cuda_array_interface__["strides"] is None
     assert _typeof_cuda_array_interface(view.__cuda_array_interface__, None).layout == "C"
+
+
+def test_gpu_out_of_memory_becomes_a_memory_error_naming_the_size():
+    from numbasparse.cuda.device import allocating, out_of_memory
+
+    class CudaAPIError(Exception):
+        code = 2
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    for error in (CudaAPIError(2, "CUDA_ERROR_OUT_OF_MEMORY"), OutOfMemoryError("CUDA out of memory. Tried ...")):
+        replaced = out_of_memory(error, "an output of shape (10, 10)", 3 * 2**30)
+        assert isinstance(replaced, MemoryError) and "3221225472 bytes (3.00 GiB)" in str(replaced)
+        assert "an output of shape (10, 10)" in str(replaced)
+    other = ValueError("something else")
+    assert out_of_memory(other, "x", 1) is other
+    with pytest.raises(MemoryError, match="the operands"):
+        with allocating("the operands", 8):
+            raise CudaAPIError(2, "oom")
+
+
+@pytest.mark.gpu
+def test_an_output_too_large_for_the_gpu_raises_memory_error():
+    torch = pytest.importorskip("torch")
+    from numbasparse import arrays
+
+    B = arrays.dense(torch.ones(4, 4, device="cuda"), "B", 2)
+    with pytest.raises(MemoryError, match="out of GPU memory allocating an output of shape"):
+        arrays.empty_like_framework(B, (2**20, 2**20), np.dtype(np.float32))  # 4 TiB

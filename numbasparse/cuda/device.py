@@ -35,20 +35,26 @@ def require_cuda(what):
                            f"none was found")
 
 
+def out_of_memory(error, what, n_bytes):
+    """``error`` itself, or, for the GPU's out-of-memory error of any framework (Numba, PyTorch,
+    CuPy), a MemoryError naming ``what`` and its size, to raise in its place."""
+    code = getattr(error, "code", None)
+    if isinstance(error, MemoryError) or not (
+            code == 2 or "OutOfMemory" in type(error).__name__ or "out of memory" in str(error).lower()):
+        return error
+    return MemoryError(f"out of GPU memory allocating {what}: {n_bytes} bytes ({n_bytes / 2**30:.2f} GiB)")
+
+
 @contextlib.contextmanager
 def allocating(what, n_bytes):
-    """Turn the GPU's out-of-memory error of any framework (Numba, PyTorch, CuPy) raised inside
-    the block into a MemoryError naming ``what`` and its size."""
+    """Raise :func:`out_of_memory`'s MemoryError for an out-of-memory error inside the block."""
     try:
         yield
-    except MemoryError:
-        raise
     except Exception as error:
-        code = getattr(error, "code", None)
-        if code == 2 or "OutOfMemory" in type(error).__name__ or "out of memory" in str(error).lower():
-            raise MemoryError(f"out of GPU memory allocating {what}: {n_bytes} bytes "
-                              f"({n_bytes / 2**30:.2f} GiB)") from error
-        raise
+        replacement = out_of_memory(error, what, n_bytes)
+        if replacement is error:
+            raise
+        raise replacement from error
 
 
 @functools.lru_cache(maxsize=None)

@@ -368,6 +368,59 @@ else:  # pragma: no cover - simulator only: simulated threads are Python threads
                 arr[i, j] = value
 
 
+def _max_nan_in_one_instruction():
+    """True where ``max.NaN``/``min.NaN`` exist (sm_80 on; PTX 7.0): the device's compute
+    capability, or, compiling with no GPU (ahead-of-time checks), the sm_90 the library targets."""
+    try:
+        return cuda.get_current_device().compute_capability >= (8, 0)
+    except Exception:  # no device: cross-compiling
+        return True
+
+
+def _make_nan_extremum(maximum):
+    """An intrinsic ``f(a, b)``: the max (or min) of two floats of one type, NaN if either is
+    NaN (as ``torch.amax``; plain ``max`` in Numba is PTX ``max``, which ignores a NaN).
+    float32: one ``max.NaN.f32`` (inline PTX, sm_80 on), the cost of a plain max; float64 (PTX
+    has no ``max.NaN.f64``) and older GPUs: a compare and a select around the plain max."""
+    from llvmlite import ir
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def extremum(typingctx, a, b):
+        if not (isinstance(a, types.Float) and a == b):
+            return None
+        signature = a(a, b)
+
+        def codegen(context, builder, sig, args):
+            x, y = args
+            op = "max" if maximum else "min"
+            if sig.args[0] == types.float32 and _max_nan_in_one_instruction():
+                f32 = ir.FloatType()
+                asm = ir.InlineAsm(ir.FunctionType(f32, [f32, f32]), f"{op}.NaN.f32 $0, $1, $2;", "=f,f,f")
+                return builder.call(asm, [x, y])
+            ty, width, reg = (ir.FloatType(), 32, "f") if sig.args[0] == types.float32 else (ir.DoubleType(), 64, "d")
+            plain = builder.call(ir.InlineAsm(ir.FunctionType(ty, [ty, ty]), f"{op}.f{width} $0, $1, $2;",
+                                              f"={reg},{reg},{reg}"), [x, y])  # ignores a NaN
+            either_nan = builder.fcmp_unordered("uno", x, y)
+            return builder.select(either_nan, builder.fadd(x, y), plain)  # NaN + anything: NaN
+
+        return signature, codegen
+
+    return extremum
+
+
+if not config.ENABLE_CUDASIM:
+    max_nan = _make_nan_extremum(True)
+    min_nan = _make_nan_extremum(False)
+else:  # pragma: no cover - simulator only
+
+    def max_nan(a, b):
+        return a + b if a != a or b != b else max(a, b)
+
+    def min_nan(a, b):
+        return a + b if a != a or b != b else min(a, b)
+
+
 def _make_vector_red_add(width, column_first=False):
     """An intrinsic ``f(arr, i, j, values)``: ``arr[i, j:j + width] += values`` (a float32
     UniTuple) as ONE vector reduction, ``red.global.add.v2/.v4.f32`` (sm_90, inline PTX: Numba

@@ -1,6 +1,8 @@
 """Device functions of the SpMM reductions (:mod:`numbasparse.reductions` defines them)."""
 from numba import cuda
 
+from .intrinsics import max_nan, min_nan
+
 from ..reductions import CODES, MAX, MEAN, MIN, SUM, initial  # noqa: F401  (re-exported for kernels)
 
 
@@ -8,9 +10,9 @@ from ..reductions import CODES, MAX, MEAN, MIN, SUM, initial  # noqa: F401  (re-
 def combine(code, acc, x):
     """acc (reduce) x; for max and min a NaN on either side wins (as ``torch.amax``)."""
     if code == MAX:
-        return x if x > acc or x != x else acc
+        return max_nan(acc, x)
     if code == MIN:
-        return x if x < acc or x != x else acc
+        return min_nan(acc, x)
     return acc + x
 
 
