@@ -9,22 +9,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import arrays, dispatch, replay
-from .csr import CSR, canonical_csr
+from .csr import CSR, canonical_csr, is_canonical, sparse_operand
 from .dtypes import INDEX_DTYPES
 from .cuda import hc
 from .cuda.device import allocating
 from .reductions import NAMES as REDUCTIONS
-from .validation import check_sparse
-
-
-def _shape_of(A):
-    if isinstance(A, CSR):
-        return A.shape
-    if sp.issparse(A):
-        if A.ndim != 2:
-            raise ValueError(f"A must be 2-D, got {A.ndim}-D")
-        return A.shape
-    raise TypeError(f"A must be a scipy.sparse matrix or numbasparse.CSR, got {type(A).__name__}")
 
 
 def _check_csr_dtype(A, dtype, operand):
@@ -36,26 +25,24 @@ def _check_csr_dtype(A, dtype, operand):
 
 
 def _host_csr(A, dtype, operand):
-    """Canonical scipy CSR of ``A`` with values of ``dtype`` (for the CPU backend).  A CSR
-    matrix that is already canonical, of that dtype and with native int32/int64 indices is used
-    as it is once its structure is checked (the CPU kernels only read it), so repeated calls,
-    and ``Plan``'s CPU path, do not copy the graph each time."""
+    """Canonical scipy CSR of the checked operand ``A`` with values of ``dtype`` (for the CPU
+    backend).  A CSR matrix that is already canonical (:func:`csr.is_canonical`), of that dtype
+    and with native int32/int64 indices is used as it is (the CPU kernels only read it), so
+    repeated calls, and ``Plan``'s CPU path, do not copy the graph each time."""
     if isinstance(A, CSR):
         _check_csr_dtype(A, dtype, operand)
         return A.to_scipy() if A._values_on_device_only else A._host
-    if (sp.isspmatrix_csr(A) or isinstance(A, sp.csr_array)) and A.dtype == dtype \
-            and A.indices.dtype == A.indptr.dtype and A.indices.dtype in INDEX_DTYPES:
-        check_sparse(A)  # every call: the caller may have changed the arrays since the last one
-        if A.has_canonical_format:
-            return A
-    return canonical_csr(A, dtype=dtype)
+    if A.format == "csr" and A.dtype == dtype and A.indices.dtype == A.indptr.dtype \
+            and A.indices.dtype in INDEX_DTYPES and is_canonical(A):
+        return A
+    return canonical_csr(A, dtype=dtype, checked=True)
 
 
 def _device_csr(A, dtype, operand):
     if isinstance(A, CSR):
         _check_csr_dtype(A, dtype, operand)
         return A
-    return CSR.from_scipy(A, dtype=dtype)
+    return CSR(canonical_csr(A, dtype=dtype, checked=True))
 
 
 def _to_device(*host_arrays):
@@ -95,29 +82,35 @@ def _sparse_arrays(A):
 
 
 def _output(out, like, shape, dtype, A):
-    """(result object, array the kernel writes) for ``spmm``'s ``out=`` argument: of B's kind,
-    shape (M, N), B's dtype, writable, and sharing no memory with B or A (the kernels cannot
-    run in place)."""
+    """(result object, array the kernel writes) for ``spmm``'s ``out=`` argument: where B lives
+    (host: a NumPy array or a CPU tensor; device: a CUDA array), shape (M, N), B's dtype,
+    C-contiguous, writable, and sharing no memory with B or A (the kernels cannot run in place)."""
     if out is None:
         if like.on_device:
             return arrays.empty_like_framework(like, shape, dtype)
         return None, None
     o = arrays.dense(out, "out", len(shape))
     if o.on_device != like.on_device:
-        raise TypeError("out must live where B does (both NumPy, or both CUDA arrays)")
+        raise TypeError("out must live where B does (both host arrays, or both CUDA arrays)")
     if o.shape != shape or o.dtype != dtype:
         raise ValueError(f"out must have shape {shape} and dtype {dtype}, got {o.shape} {o.dtype}")
-    if not o.on_device:
-        if not isinstance(out, np.ndarray) or not out.flags.c_contiguous:
-            raise ValueError("out must be a C-contiguous NumPy array")
-        if not out.flags.writeable:
+    if o.on_device:
+        target = o.array
+    else:
+        if o.framework == "torch-cpu" and (out.requires_grad or not out.is_contiguous()):
+            raise ValueError("out must be a C-contiguous tensor that does not require grad")
+        target = out if isinstance(out, np.ndarray) else out.numpy()
+        if not target.flags.c_contiguous:
+            raise ValueError("out must be C-contiguous")
+        if not target.flags.writeable:
             raise ValueError("out is read-only")
-    inputs = [("B", like.original if not like.on_device else like.array)]
-    inputs += [(name, a) for name, a in _sparse_arrays(A) if isinstance(a, np.ndarray) != o.on_device]
+    b = like.original.numpy() if like.framework == "torch-cpu" else like.original if not like.on_device \
+        else like.array  # B's own memory (like.array may be a contiguous copy of it)
+    inputs = [("B", b)] + [(name, a) for name, a in _sparse_arrays(A) if isinstance(a, np.ndarray) != o.on_device]
     for name, array in inputs:
-        if arrays.overlaps(out if not o.on_device else o.array, array):
+        if arrays.overlaps(target, array):
             raise ValueError(f"out must not share memory with {name}")
-    return out, (o.array if o.on_device else out)
+    return out, target
 
 
 def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
@@ -145,9 +138,10 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
 
 
 def _spmm(A, B, reduce, algorithm, backend, out, record):
+    A = sparse_operand(A)
     dispatch.check_option("reduce", reduce, REDUCTIONS)
     b = arrays.dense(B, "B", 2)
-    m, k = _shape_of(A)
+    m, k = A.shape
     if b.shape[0] != k:
         raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
     algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], A.nnz, reduce, (m, k),
@@ -187,8 +181,9 @@ def sddmm(A, X, Y, *, algorithm="auto", backend="auto"):
 
 
 def _sddmm(A, X, Y, algorithm, backend, record):
+    A = sparse_operand(A)
     x, y = _operands(("X", X), ("Y", Y))
-    m, n = _shape_of(A)
+    m, n = A.shape
     if x.shape[0] != m or y.shape[0] != n:
         raise ValueError(f"A is {m}x{n}, so X must have {m} rows and Y {n} rows; got X {x.shape}, Y {y.shape}")
     if x.shape[1] != y.shape[1]:
@@ -224,8 +219,9 @@ def spmm_dense(A, X, W, *, backend="auto"):
     memory.  On the CPU backend it is ``spmm`` then a NumPy matmul.  Returns (M, F_out) of X's
     dtype and kind.
     """
+    A = sparse_operand(A)
     x, w = _operands(("X", X), ("W", W))
-    m, k = _shape_of(A)
+    m, k = A.shape
     if x.shape[0] != k:
         raise ValueError(f"A has {k} columns but X has {x.shape[0]} rows (A is {m}x{k}, X is {x.shape})")
     if w.shape[0] != x.shape[1]:
@@ -268,10 +264,11 @@ def graph_attention(A, Q, K, V, *, fused=True, backend="auto"):
 
 
 def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
+    A = sparse_operand(A)
     if not isinstance(fused, (bool, np.bool_)):
         raise TypeError(f"fused must be True or False, got {type(fused).__name__} {fused!r}")
     x, y, z = _operands(*zip(names, (X, Y, Z)))
-    m, n = _shape_of(A)
+    m, n = A.shape
     if x.shape[0] != m or y.shape[0] != n or z.shape[0] != n:
         raise ValueError(f"A is {m}x{n}, so {names[0]} must have {m} rows and {names[1]}, {names[2]} {n} "
                          f"rows; got {x.shape}, {y.shape}, {z.shape}")

@@ -8,27 +8,62 @@ from .dtypes import INDEX_DTYPES, check_value_dtype, index_dtype_for
 from .validation import check_sparse
 
 
-def canonical_csr(A, *, dtype=None, index_dtype=None, name="A"):
-    """A new scipy CSR matrix equal to ``A``: sorted indices, duplicates summed.
-
-    ``A``'s structure is checked first (:func:`numbasparse.validation.check_sparse`: indices in
-    range, ``indptr`` monotone, ...), and ``A`` itself is never modified.  ``dtype``
-    (float32/float64) defaults to float64 for float64 input and float32 otherwise;
-    ``index_dtype`` defaults to int32 where it fits.
-    """
+def sparse_operand(A, name="A"):
+    """``A`` as the public functions take it: a device :class:`CSR` as it is (built by the
+    library: trusted), or a scipy.sparse matrix or array whose structure passed
+    :func:`numbasparse.validation.check_sparse` (LIL, DIA and DOK come back as CSR); TypeError
+    for anything else.  The first thing every public function does with its sparse operand."""
+    if isinstance(A, CSR):
+        return A
     if not sp.issparse(A):
         raise TypeError(f"{name} must be a scipy.sparse matrix or numbasparse.CSR, got {type(A).__name__}")
-    if A.ndim != 2:
-        raise ValueError(f"{name} must be 2-D, got {A.ndim}-D")
-    A = check_sparse(A, name)
+    return check_sparse(A, name)
+
+
+def is_canonical(A):
+    """True when the checked scipy CSR ``A`` has sorted, duplicate-free indices in every row and
+    no stored entries past ``indptr[-1]`` (its own check: scipy's cached
+    ``has_canonical_format`` is stale after an in-place edit of the arrays)."""
+    indptr, indices = A.indptr, A.indices
+    nnz = int(indptr[-1])
+    if indices.shape[0] != nnz or A.data.shape[0] != nnz:
+        return False
+    if nnz < 2:
+        return True
+    decreasing = indices[1:] <= indices[:-1]  # at position p: entries p and p + 1 out of order
+    row_starts = indptr[1:-1]
+    decreasing[row_starts[(row_starts > 0) & (row_starts < nnz)] - 1] = False  # across rows: fine
+    return not decreasing.any()
+
+
+def _native_values(A):
+    """``A`` with its values in native byte order (scipy cannot copy others), sharing the index
+    arrays; ``A`` itself when they already are."""
+    if A.dtype.isnative:
+        return A
+    values = A.data.astype(A.dtype.newbyteorder("="))
+    if A.format in ("csr", "csc", "bsr"):
+        return type(A)((values, A.indices, A.indptr), shape=A.shape)
+    if A.format == "coo":
+        return type(A)((values, (A.row, A.col)), shape=A.shape)
+    return _native_values(A.tocsr())
+
+
+def canonical_csr(A, *, dtype=None, index_dtype=None, name="A", checked=False):
+    """A new scipy CSR matrix equal to ``A``: sorted indices, duplicates summed.
+
+    ``A``'s structure is checked first (:func:`sparse_operand`; ``checked``: it already was),
+    and ``A`` itself is never modified.  ``dtype`` (float32/float64) defaults to float64 for
+    float64 input and float32 otherwise; ``index_dtype`` defaults to int32 where it fits.
+    """
+    if not checked:
+        A = sparse_operand(A, name)
+    A = _native_values(A)
     if dtype is None:
         dtype = np.float64 if A.dtype == np.float64 else np.float32
     dtype = check_value_dtype(dtype, "dtype")
     if A.dtype.kind not in "biuf":
         raise TypeError(f"{name} must have real numeric values, got {A.dtype}")
-    if not A.dtype.isnative:  # scipy cannot copy non-native values: convert them on the way
-        A = A.tocoo()
-        A = sp.coo_matrix((A.data.astype(A.data.dtype.newbyteorder("=")), (A.row, A.col)), shape=A.shape)
     csr = sp.csr_matrix(A, dtype=dtype, copy=True)
     csr.sum_duplicates()  # also sorts the indices
     if index_dtype is None:

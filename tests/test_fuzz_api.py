@@ -2,8 +2,8 @@
 sparse structure and wrong option values, on the CPU backend and, for a few tiny cases, on CUDA
 (the simulator when there is no GPU).
 
-Every example is a *recipe* of plain values drawn by hypothesis; ``build`` turns it into the
-call's arguments, and :func:`check` asserts:
+Every example is a *recipe* of plain values drawn by hypothesis; its builder (``BUILDERS``) turns
+it into the call's arguments, and :func:`check` asserts:
 
 * the call either returns a result equal to a float64 reference computed here from the raw
   input arrays (not through numbasparse's own conversion), or raises ValueError/TypeError;
@@ -19,6 +19,10 @@ Examples that may crash the process (corrupted index arrays that could reach nat
 module, restarted after a crash), which must answer: dying (a signal, or any exit) or hanging is
 a failure.  ``NUMBASPARSE_FUZZ_EXAMPLES`` (default 60) and ``NUMBASPARSE_FUZZ_CUDA_EXAMPLES``
 (default 12) set the number of examples per test (about 15 s for the file on 2 cores).
+
+A failing example prints its recipe; ``check(recipe)`` (this module imported from tests/)
+replays it.  The triggers of bugs it found (now fixed) are forced in regression tests at the end
+of the file.
 """
 import base64
 import copy
@@ -88,65 +92,12 @@ def option_level(value, valid):
     return RAISE
 
 
-# ---- known library bugs ---------------------------------------------------------------------------
-# Recipes that trigger a known bug are left out of the fuzz tests (so that they pass today) and
-# checked by the xfail test of the bug at the end of this file.  When a bug is fixed, delete its
-# entry here and the xfail mark of its test.
+# ---- regressions ----------------------------------------------------------------------------------
+# The fuzz tests found these bugs (now fixed); each trigger is forced in a test at the end of the
+# file.  A new bug's trigger may be listed in KNOWN_BUGS (left out of the fuzz tests) with an xfail
+# test until it is fixed.
 
-def _sparse(recipe):
-    return recipe.get("A", {})
-
-
-def _empty_indptr(recipe):
-    a = _sparse(recipe)
-    major = a.get("m") if a.get("fmt") == "csr" else a.get("n")
-    return (recipe["op"] in ("spmm", "sddmm", "spmm_dense", "sddmm_spmm", "graph_attention")
-            and a.get("kind") == "scipy" and a.get("fmt") in ("csr", "csc") and a.get("mutation") == "indptr_short"
-            and major == 0)
-
-
-def _sddmm_trailing(recipe):
-    a = _sparse(recipe)
-    return (recipe["op"] == "sddmm" and a.get("kind") == "scipy" and a.get("fmt") == "csr" and a.get("trailing")
-            and not a.get("mutation", "").startswith("stale"))
-
-
-def _big_endian_compressed(recipe):
-    a = _sparse(recipe)
-    return a.get("kind") == "scipy" and a.get("fmt") in ("csr", "csc") and not np.dtype(a["values"]).isnative
-
-
-def _stale_canonical_flag(recipe):
-    a = _sparse(recipe)
-    return (recipe["op"] in ("spmm", "sddmm", "spmm_dense", "sddmm_spmm", "graph_attention")
-            and a.get("kind") == "scipy" and a.get("fmt") == "csr" and a.get("mutation", "").startswith("stale"))
-
-
-def _torch_b_numpy_out(recipe):
-    return (recipe["op"] in ("spmm", "plan") and recipe.get("B", {}).get("kind") == "torch"
-            and recipe.get("out") not in (None, "list", "device", "torch"))
-
-
-def _torch_out(recipe):
-    return (recipe["op"] in ("spmm", "plan") and recipe.get("B", {}).get("kind") == "torch"
-            and recipe.get("out") == "torch")
-
-
-def _big_endian_default_dtype(recipe):
-    a = _sparse(recipe)
-    option = recipe.get("dtype") if recipe["op"] == "csr" else recipe.get("plan_dtype")
-    return recipe["op"] in ("csr", "plan") and a.get("kind") == "scipy" and a.get("values") == ">f8" and option is None
-
-
-KNOWN_BUGS = {
-    "torch_b_numpy_out": _torch_b_numpy_out,
-    "torch_out_refused": _torch_out,
-    "big_endian_default_dtype": _big_endian_default_dtype,
-    "stale_canonical_flag": _stale_canonical_flag,
-    "big_endian_csr_values": _big_endian_compressed,
-    "nnz_before_validation": _empty_indptr,
-    "sddmm_trailing_entries": _sddmm_trailing,
-}
+KNOWN_BUGS = {}
 
 
 # ---- verdicts and cases ---------------------------------------------------------------------------
@@ -1678,9 +1629,9 @@ def test_fuzz_prepare_plan_cuda(recipe):
     run(recipe)
 
 
-# ---- the known bugs: each one's trigger, forced (xfail until it is fixed) --------------------------
+# ---- regressions: each fixed bug's trigger, forced ---------------------------------------------------
 
-known_bug = settings(max_examples=10, deadline=None, database=None, suppress_health_check=list(HealthCheck),
+regression = settings(max_examples=10, deadline=None, database=None, suppress_health_check=list(HealthCheck),
                      phases=[Phase.explicit, Phase.generate])  # no shrinking: the recipe is minimal already
 PLAIN = {"kind": "numpy", "dtype": None, "layout": "C", "readonly": False, "special": "none", "drow": 0, "dcol": 0,
          "ndim": 2, "grad": False}
@@ -1717,59 +1668,44 @@ def forced(ops, **fields):
 ALL_OPS = ("spmm", "sddmm", "spmm_dense", "sddmm_spmm", "graph_attention")
 
 
-@pytest.mark.xfail(strict=False, reason="known bug (nnz_before_validation): the public functions read A.nnz, "
-                   "which is scipy's int(indptr[-1]), before check_sparse: IndexError for an empty indptr")
-@known_bug
+@regression
 @given(recipe=forced(ALL_OPS, A__fmt="csr", A__m=0, A__mutation="indptr_short"))
-def test_known_bug_nnz_before_validation(recipe):
+def test_a_corrupt_indptr_is_refused_before_anything_reads_it(recipe):
     run(recipe, known=True)
 
 
-@pytest.mark.xfail(strict=False, reason="known bug (sddmm_trailing_entries): sddmm on the CPU refuses a valid CSR "
-                   "with entries past indptr[-1] (ValueError from scipy building the result)")
-@known_bug
+@regression
 @given(recipe=forced(["sddmm"], A__fmt="csr", A__trailing=2))
-def test_known_bug_sddmm_trailing_entries(recipe):
+def test_sddmm_ignores_entries_past_indptr_end_as_scipy_does(recipe):
     run(recipe, known=True)
 
 
-@pytest.mark.xfail(strict=False, reason="known bug (big_endian_csr_values): canonical_csr converts non-native "
-                   "values with A.tocoo(), which scipy refuses for CSR/CSC: ValueError for valid input")
-@known_bug
+@regression
 @given(recipe=forced(list(HOST_OPS), A__fmt="csr", A__values=">f8"))
-def test_known_bug_big_endian_csr_values(recipe):
+def test_big_endian_values_of_every_format_are_converted(recipe):
     run(recipe, known=True)
 
 
-@pytest.mark.xfail(strict=False, reason="known bug (big_endian_default_dtype): CSR.from_scipy/prepare pick "
-                   "float32 by default for big-endian float64 values (A.dtype == np.float64 is False)")
-@known_bug
+@regression
 @given(recipe=forced(["csr"], A__fmt="coo", A__values=">f8", A__m=3, A__n=3, A__density=0.9))
-def test_known_bug_big_endian_default_dtype(recipe):
+def test_big_endian_float64_values_default_to_float64(recipe):
     run(recipe, known=True)
 
 
-@pytest.mark.xfail(strict=False, reason="known bug (stale_canonical_flag): the CPU fast path trusts scipy's cached "
-                   "has_canonical_format, stale after an in-place edit of A.indices: duplicates or unsorted "
-                   "indices reach the kernels (wrong mean/max/min and attention, non-canonical sddmm pattern)")
-@known_bug
+@regression
 @given(recipe=forced(["spmm", "sddmm", "graph_attention"], A__fmt="csr", A__mutation="stale_dup", A__m=3, A__n=4,
                      A__density=0.9, A__empty_rows=False, reduce="mean"))
-def test_known_bug_stale_canonical_flag(recipe):
+def test_indices_edited_in_place_are_made_canonical_again(recipe):
     run(recipe, known=True)
 
 
-@pytest.mark.xfail(strict=False, reason="known bug (torch_b_numpy_out): spmm(A, torch CPU tensor, out=ndarray) "
-                   "raises AttributeError in arrays.overlaps (B's tensor taken for a device array)")
-@known_bug
-@given(recipe=forced(["spmm"], B__kind="torch", out="fresh", A__m=2, A__n=3))
-def test_known_bug_torch_b_numpy_out(recipe):
+@regression
+@given(recipe=forced(["spmm"], B__kind="torch", out="fresh", A__fmt="csr", A__m=2, A__n=3))
+def test_a_cpu_tensor_b_writes_into_a_numpy_out(recipe):
     run(recipe, known=True)
 
 
-@pytest.mark.xfail(strict=False, reason="known bug (torch_out_refused): spmm documents out= 'of B's kind', but a "
-                   "torch CPU out for a torch CPU B is refused (out must be a C-contiguous NumPy array)")
-@known_bug
-@given(recipe=forced(["spmm"], B__kind="torch", out="torch"))
-def test_known_bug_torch_out_refused(recipe):
+@regression
+@given(recipe=forced(["spmm"], B__kind="torch", out="torch", A__fmt="csr"))
+def test_a_cpu_tensor_out_is_accepted_for_a_cpu_tensor_b(recipe):
     run(recipe, known=True)
