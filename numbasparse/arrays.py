@@ -154,7 +154,7 @@ def _check_torch(x, name):
     """TypeError naming ``name`` for a tensor the kernels cannot read: not on the CPU or a CUDA
     device (e.g. ``meta``: no data, and asking it for any would initialise CUDA), or of a dtype
     other than float32/float64."""
-    if x.device.type not in ("cpu", "cuda"):
+    if not x.is_cuda and x.device.type != "cpu":
         raise TypeError(f"{name} is a torch tensor on the {x.device.type!r} device; numbasparse takes CPU or "
                         f"CUDA tensors")
     if x.dtype not in _torch_dtypes():

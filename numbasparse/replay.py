@@ -39,11 +39,13 @@ def call(A, options, operands, out, new_outputs, full_call):
     key = _signature(A, options, operands, out)
     if key is None:
         return full_call(_NOT_RECORDED)
-    entry = A.cache.get("replays", key)
-    if isinstance(entry, Replay):
+    try:
+        entry = A.cache.get("replays", key)
+    except TypeError:  # an unhashable option: the full call says what is wrong with it
+        return full_call(_NOT_RECORDED)
+    if type(entry) is Replay:
         outputs = new_outputs(*operands)
-        pointers = [x.data_ptr() for x in operands] + [y.data_ptr() for y in outputs]
-        if entry(pointers, key[-1]):
+        if entry([x.data_ptr() for x in operands + outputs], key[-1]):
             return outputs[0] if len(outputs) == 1 else outputs
         entry = REPLAY_FROM_CALL - 1  # alignment differs, or the fast launch is off: record again
     return full_call(_Recorder(A, key, (entry or 0) + 1))
@@ -103,12 +105,7 @@ def _signature(A, options, operands, out):
     signatures = tuple(arrays.torch_signature(x) for x in operands)
     if None in signatures:
         return None
-    key = options, signatures, arrays.torch_stream_handle(signatures[0][2])
-    try:
-        hash(key)
-    except TypeError:  # an unhashable option: the full call says what is wrong with it
-        return None
-    return key
+    return options, signatures, arrays.torch_stream_handle(signatures[0][2])
 
 
 class Recording:
