@@ -132,9 +132,12 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
     validation and dispatch, which the earlier calls with those operands already passed
     (:mod:`numbasparse.replay`).
     """
-    return replay.call(A, ("spmm", reduce, algorithm, backend), (B,), out,
-                       lambda B: (B.new_empty((A.shape[0], B.shape[1])),),
-                       lambda record: _spmm(A, B, reduce, algorithm, backend, out, record))
+    return replay.call(A, ("spmm", reduce, algorithm, backend), (B,), out, _spmm_outputs, _spmm,
+                       (A, B, reduce, algorithm, backend, out))
+
+
+def _spmm_outputs(A, B):
+    return (B.new_empty((A.shape[0], B.shape[1])),)
 
 
 def _spmm(A, B, reduce, algorithm, backend, out, record):
@@ -175,9 +178,12 @@ def sddmm(A, X, Y, *, algorithm="auto", backend="auto"):
     the nnz values in the order of ``CSR.from_scipy(A)``.  Repeated calls on torch tensors
     are replayed as :func:`spmm`'s are.
     """
-    return replay.call(A, ("sddmm", algorithm, backend), (X, Y), None,
-                       lambda X, Y: (X.new_empty((A.nnz,)),),
-                       lambda record: _sddmm(A, X, Y, algorithm, backend, record))
+    return replay.call(A, ("sddmm", algorithm, backend), (X, Y), None, _sddmm_outputs, _sddmm,
+                       (A, X, Y, algorithm, backend))
+
+
+def _sddmm_outputs(A, X, Y):
+    return (X.new_empty((A.nnz,)),)
 
 
 def _sddmm(A, X, Y, algorithm, backend, record):

@@ -16,7 +16,8 @@ replays    recorded calls (:class:`numbasparse.replay.Replay`)               thi
 ========== ================================================================= ==================
 
 Policy: each section keeps at most ``LIMITS[section]`` entries and drops the least recently
-used one beyond that (a dropped entry is rebuilt by the next call that needs it; a bound launch
+used one beyond that (``replays``: the least recently stored, since a replayed call reads its
+entry without marking it) (a dropped entry is rebuilt by the next call that needs it; a bound launch
 or replay holds the buffers it points to, so dropping a scratch buffer never frees memory still
 in use).  ``CSR.clear_cache()`` empties every section of the matrix and so frees its device
 memory but the matrix itself.  Changes to the sections are made under one lock per sparsity

@@ -31,24 +31,25 @@ from .cuda import launch
 REPLAY_FROM_CALL = 4
 
 
-def call(A, options, operands, out, new_outputs, full_call):
+def call(A, options, operands, out, new_outputs, full_call, args):
     """The result of one public call: replayed when its signature has a replay, else
-    ``full_call(record)``, which validates, dispatches and launches inside
+    ``full_call(*args, record)``, which validates, dispatches and launches inside
     ``with record(*arrays):``, ``arrays`` being the device views of ``operands`` and of the
-    outputs in the order of ``new_outputs(*operands)`` (the tensors a replay allocates)."""
+    outputs in the order of ``new_outputs(A, *operands)`` (the tensors a replay allocates).
+    (Functions and an argument tuple rather than closures: this is the replayed call's path.)"""
     key = _signature(A, options, operands, out)
     if key is None:
-        return full_call(_NOT_RECORDED)
+        return full_call(*args, _NOT_RECORDED)
     try:
-        entry = A.cache.get("replays", key)
+        entry = A.cache.sections["replays"].get(key)  # (a hit is not moved to the end: FIFO)
     except TypeError:  # an unhashable option: the full call says what is wrong with it
-        return full_call(_NOT_RECORDED)
+        return full_call(*args, _NOT_RECORDED)
     if type(entry) is Replay:
-        outputs = new_outputs(*operands)
+        outputs = new_outputs(A, *operands)
         if entry([x.data_ptr() for x in operands + outputs], key[-1]):
             return outputs[0] if len(outputs) == 1 else outputs
         entry = REPLAY_FROM_CALL - 1  # alignment differs, or the fast launch is off: record again
-    return full_call(_Recorder(A, key, (entry or 0) + 1))
+    return full_call(*args, _Recorder(A, key, (entry or 0) + 1))
 
 
 class _Recorder:
@@ -102,7 +103,7 @@ def _signature(A, options, operands, out):
     None for a call that is not replayed."""
     if out is not None or type(A) is not CSR:
         return None
-    signatures = tuple(arrays.torch_signature(x) for x in operands)
+    signatures = tuple(map(arrays.torch_signature, operands))
     if None in signatures:
         return None
     return options, signatures, arrays.torch_stream_handle(signatures[0][2])

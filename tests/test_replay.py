@@ -90,7 +90,7 @@ def test_a_call_signature_is_replayed_from_its_replay_from_call_th_call(driver, 
 
     operand = SimpleNamespace(data_ptr=lambda: 8192 + 1024)
     output = SimpleNamespace(data_ptr=lambda: 16384 + 1024)
-    results = [replay.call(A, (), (operand,), None, lambda B: (output,), full_call) for _ in range(6)]
+    results = [replay.call(A, (), (operand,), None, lambda A, B: (output,), full_call, ()) for _ in range(6)]
     first = replay.REPLAY_FROM_CALL - 1
     assert results[:first] == ["full call"] * first
     assert all(r is output for r in results[first:])
