@@ -25,6 +25,7 @@ replays it.  The triggers of bugs it found (now fixed) are forced in regression 
 of the file.
 """
 import base64
+import importlib.util
 import copy
 import os
 import pickle
@@ -51,6 +52,7 @@ from strategies import TOLERANCE
 EXAMPLES = int(os.environ.get("NUMBASPARSE_FUZZ_EXAMPLES", "60"))
 CUDA_EXAMPLES = int(os.environ.get("NUMBASPARSE_FUZZ_CUDA_EXAMPLES", "12"))
 HAVE_CUDA = gpu_present() or simulator_enabled()
+HAVE_TORCH = importlib.util.find_spec("torch") is not None  # (torch operands only where it is installed)
 needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="no CUDA GPU and the simulator is off")
 fuzz = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 fuzz_cuda = settings(max_examples=CUDA_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
@@ -586,7 +588,7 @@ def dense_recipes(draw, cuda=False):
          "readonly": False, "special": "none", "drow": 0, "dcol": 0, "ndim": 2, "grad": False}
     if not 20 <= draw(st.integers(0, 99)) < 50:  # most operands are plain
         return r
-    r["kind"] = pick(draw, ["numpy"] * 6 + ["torch", "torch", "matrix"], ["list", "none", "scalar"], 4)
+    r["kind"] = pick(draw, ["numpy"] * 6 + ["torch"] * 2 * HAVE_TORCH + ["matrix"], ["list", "none", "scalar"], 4)
     r["dtype"] = pick(draw, [None], DENSE_DTYPES, 10)
     r["layout"] = draw(st.sampled_from(LAYOUTS))
     r["readonly"] = draw(st.booleans())
@@ -657,7 +659,7 @@ def build_dense(r, name, shape, compute, place="host"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PendingDeprecationWarning)
             return Dense(np.asmatrix(arr), name, "matrix", np.asarray(arr), (base,), 2, dtype)
-    if kind == "torch" and dtype.isnative and dtype.name in TORCH_DTYPES and arr.flags.writeable \
+    if kind == "torch" and HAVE_TORCH and dtype.isnative and dtype.name in TORCH_DTYPES and arr.flags.writeable \
             and arr.flags.aligned and all(s >= 0 for s in arr.strides):  # what torch.from_numpy takes
         import torch
 
@@ -889,7 +891,7 @@ def dense_watch(*ops):
 # ---- spmm -----------------------------------------------------------------------------------------
 
 OUT_KINDS = ["fresh", "wrong_shape", "wrong_dtype", "fortran", "strided", "readonly", "alias_B", "alias_data",
-             "alias_indices", "list", "matrix", "device", "host", "torch", "unaligned"]
+             "alias_indices", "list", "matrix", "device", "host", "unaligned"] + ["torch"] * HAVE_TORCH
 
 
 @st.composite
@@ -937,7 +939,7 @@ def build_out(kind, shape, compute, B, sparse, v, device_ops, runs=None):
     if kind == "list":
         v.need(RAISE, "out is a list")
         return [[0.0] * N] * M
-    if kind == "torch":
+    if kind == "torch" and HAVE_TORCH:
         import torch
 
         out = torch.from_numpy(np.full(shape, np.nan, dtype))
@@ -1702,10 +1704,12 @@ def test_indices_edited_in_place_are_made_canonical_again(recipe):
 @regression
 @given(recipe=forced(["spmm"], B__kind="torch", out="fresh", A__fmt="csr", A__m=2, A__n=3))
 def test_a_cpu_tensor_b_writes_into_a_numpy_out(recipe):
+    pytest.importorskip("torch")
     run(recipe, known=True)
 
 
 @regression
 @given(recipe=forced(["spmm"], B__kind="torch", out="torch", A__fmt="csr"))
 def test_a_cpu_tensor_out_is_accepted_for_a_cpu_tensor_b(recipe):
+    pytest.importorskip("torch")
     run(recipe, known=True)
