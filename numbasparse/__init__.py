@@ -1,7 +1,7 @@
 """numbasparse: sparse kernels for graph neural networks (SpMM, SDDMM), written in Numba."""
-from ._compat import check_numpy
+from ._compat import provide_numpy_names
 
-check_numpy()
+provide_numpy_names()  # before numba-cuda compiles: numpy 2.5 (see _compat)
 
 from .api import algorithms, graph_attention, sddmm, sddmm_spmm, spmm, spmm_dense  # noqa: E402
 from .csr import CSR  # noqa: E402

@@ -1,28 +1,23 @@
-"""Dependency checks that must run before numba is imported."""
-import re
+"""Compatibility measures for the libraries numbasparse depends on, applied on import, before
+numba-cuda compiles anything.  Each one says what it works around and when it can go.
 
+numpy 2.5 removed ``np.row_stack`` (an alias of ``np.vstack`` since numpy 2.0), and numba-cuda
+0.30.4, its last release, registers ``overload(np.row_stack)`` when it compiles its first kernel:
+every kernel fails to compile with AttributeError (numba-cuda #907, closed as "unlikely to fix").
+Providing the name lets numba-cuda register its overload; nothing in numbasparse calls it.  Drop
+this when numba-cuda (or its successor) no longer names ``np.row_stack``.
+"""
 import numpy
 
-# numba-cuda 0.30.4 calls ``np.row_stack`` (removed in numpy 2.5) when it compiles
-# a kernel.  pyproject.toml declares the same bound; a test checks they agree.
-NUMPY_UPPER = (2, 5)
+#: numpy names that numba-cuda 0.30.4 refers to, and what stands in for each where numpy lacks it.
+MISSING_NUMPY_NAMES = {"row_stack": "vstack"}
 
 
-def numpy_version(text):
-    """(major, minor) of a numpy version string such as '2.4.6' or '2.5.0rc1'."""
-    match = re.match(r"(\d+)\.(\d+)", text)
-    if match is None:
-        raise ValueError(f"cannot parse numpy version {text!r}")
-    return int(match.group(1)), int(match.group(2))
-
-
-def check_numpy(version=None):
-    """Raise ImportError when the installed numpy cannot compile CUDA kernels."""
-    version = numpy.__version__ if version is None else version
-    if numpy_version(version) >= NUMPY_UPPER:
-        bound = ".".join(map(str, NUMPY_UPPER))
-        raise ImportError(
-            f"numbasparse needs numpy<{bound}, found numpy {version}: numba-cuda fails to "
-            f"compile kernels with it (np.row_stack was removed). "
-            f"Install a supported numpy with: pip install 'numpy<{bound}'"
-        )
+def provide_numpy_names(module=numpy):
+    """Give ``module`` (numpy) the names of MISSING_NUMPY_NAMES it lacks; return those given."""
+    given = []
+    for name, stand_in in MISSING_NUMPY_NAMES.items():
+        if not hasattr(module, name):
+            setattr(module, name, getattr(module, stand_in))
+            given.append(name)
+    return given
