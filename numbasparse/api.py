@@ -119,7 +119,7 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
     A: scipy.sparse matrix/array (converted to canonical CSR) or :class:`CSR`, shape (M, K).
     B: (K, N) float32/float64, a NumPy array or a CUDA array (Numba, CuPy, PyTorch).
     reduce: "sum", "mean" (over the stored entries of the row), "max" or "min"; rows with
-        no stored entry give 0.
+        no stored entry give 0; a NaN product makes its row NaN (max and min too).
     algorithm: "auto" or a name from ``algorithms("spmm")``.
     backend: "auto" (CUDA for device arrays or when a GPU is present, else CPU), "cuda", "cpu".
     out: optional (M, N) array of B's kind and dtype to write the result into.
