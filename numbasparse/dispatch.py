@@ -16,7 +16,8 @@ spmm      ``slab`` where N >= SLAB_MIN_COLUMNS and a column      dense graphs (s
           slab's piece of a row averages >= SLAB_MIN_SEGMENT     B rows re-used from L1
           entries (:func:`slab_pays`)                            ("Column-slab SpMM")
 spmm      ``hp`` elsewhere                                       balanced by nonzeros: heavy rows
-                                                                 never stall one warp ("HP-SpMM")
+                                                                 never stall one warp ("HP-SpMM and
+                                                                 HP-SDDMM")
 sddmm     ``hp`` (CPU: ``cpu_rows``)                             ("HP-SpMM and HP-SDDMM")
 ========= ====================================================== =================================
 """
