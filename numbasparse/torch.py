@@ -12,14 +12,22 @@ backward pass (as FlashAttention does) instead of storing them.  Backward passes
 the same differentiable operations, so ``create_graph=True`` gives exact second derivatives.
 
 CPU tensors run on the CPU backend (numba.njit), CUDA tensors on the GPU kernels, so
-``torch.autograd.gradcheck`` runs in float64 on either.
+``torch.autograd.gradcheck`` runs in float64 on either.  The operations are torch custom ops
+(``torch.ops.numbasparse.spmm``, ``.sddmm``, ``.scores_times``), so ``torch.compile`` traces a
+model built on them without graph breaks.
 """
+import itertools
+import weakref
+
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from . import api
 from .csr import CSR, canonical_csr
+
+
+_IDS = itertools.count()
 
 
 class Graph:
@@ -46,6 +54,8 @@ class Graph:
         self.values = torch.as_tensor(host.data, dtype=dtype, device=self.device)
         self._device_csr = {}
         self._with_values = {}
+        self.key = f"graph{next(_IDS)}"  # how the custom ops name this graph (a string: a constant to torch.compile)
+        _GRAPHS[self.key] = self
 
     def matrix(self, values, transpose=False):
         """The pattern (or its transpose) with ``values`` (in this pattern's entry order), as
@@ -71,8 +81,7 @@ class Graph:
 
     def row_sums(self, edge_values):
         """Sum of ``edge_values`` over each row's entries."""
-        out = torch.zeros(self.shape[0], dtype=edge_values.dtype, device=edge_values.device)
-        return out.index_add_(0, self._rows, edge_values)
+        return _row_sums(edge_values, self._rows, self.shape[0])
 
     def degrees(self, dtype):
         return self._degrees.to(dtype)
@@ -82,96 +91,149 @@ def _numpy_dtype(dtype):
     return {torch.float32: np.float32, torch.float64: np.float64}[dtype]
 
 
-def _sddmm_values(graph, X, Y, values):
-    """``values ⊙ <X_i, Y_j>`` over the pattern, as a tensor in entry order (no autograd)."""
-    out = api.sddmm(graph.matrix(values), X.detach().contiguous(), Y.detach().contiguous())
+def _host_values(out):
+    """An SDDMM result as a tensor of the nnz values (a scipy CSR from the CPU backend)."""
     return torch.from_numpy(out.data) if sp.issparse(out) else out
 
 
-# The backward passes are written with the autograd Functions themselves (and torch ops), so
-# that with ``create_graph=True`` they record their own graph: second derivatives are exact.
+# The operations are torch custom ops (``numbasparse::spmm``, ``::sddmm``, ``::scores_times``)
+# with fake implementations and registered autograd: torch.compile traces them without a graph
+# break.  A Graph reaches an op as its key, a string (ops take tensors and plain values only).  The
+# backward formulas call the ops themselves (and torch ops), so with ``create_graph=True`` they
+# record their own graph: second derivatives are exact.
 
-class _SpMM(torch.autograd.Function):
+_GRAPHS = weakref.WeakValueDictionary()  # Graph.key -> Graph
+
+
+def _graph(key):
+    graph = _GRAPHS.get(key)
+    if graph is None:
+        raise RuntimeError(f"numbasparse {key} no longer exists (keep the Graph alive while its ops run)")
+    return graph
+
+
+@torch.library.custom_op("numbasparse::spmm", mutates_args=())
+def _spmm_op(values: torch.Tensor, B: torch.Tensor, graph_key: str, transpose: bool) -> torch.Tensor:
     """C = A B, or A^T B with ``transpose`` (A's values in the pattern's entry order)."""
-
-    @staticmethod
-    def forward(ctx, graph, values, B, transpose):
-        ctx.graph, ctx.transpose = graph, transpose
-        ctx.save_for_backward(values, B)
-        return api.spmm(graph.matrix(values, transpose), B.detach().contiguous())
-
-    @staticmethod
-    def backward(ctx, dC):
-        values, B = ctx.saved_tensors
-        graph, transpose = ctx.graph, ctx.transpose
-        dvalues = dB = None
-        if ctx.needs_input_grad[1]:  # a_ij: <dC_i, B_j> (A B) or <B_i, dC_j> (A^T B)
-            ones = torch.ones_like(values)
-            dvalues = _SDDMM.apply(graph, ones, B, dC) if transpose else _SDDMM.apply(graph, ones, dC, B)
-        if ctx.needs_input_grad[2]:
-            dB = _SpMM.apply(graph, values, dC, not transpose)
-        return None, dvalues, dB, None
+    graph = _graph(graph_key)
+    return api.spmm(graph.matrix(values, transpose), B.detach().contiguous())
 
 
-class _SDDMM(torch.autograd.Function):
-    """s = values ⊙ <X_i, Y_j> per stored entry (i, j)."""
-
-    @staticmethod
-    def forward(ctx, graph, values, X, Y):
-        ctx.graph = graph
-        ctx.save_for_backward(values, X, Y)
-        return _sddmm_values(graph, X, Y, values)
-
-    @staticmethod
-    def backward(ctx, ds):
-        values, X, Y = ctx.saved_tensors
-        return (None,) + _score_grads(ctx.needs_input_grad[1:4], ctx.graph, values, X, Y, ds)
+@_spmm_op.register_fake
+def _(values, B, graph_key, transpose):
+    rows = _graph(graph_key).shape[1 if transpose else 0]
+    return B.new_empty((rows, B.shape[1]))
 
 
-def _score_grads(needs, graph, values, X, Y, ds):
+def _spmm_setup(ctx, inputs, output):
+    values, B, graph_key, transpose = inputs
+    ctx.graph_key, ctx.transpose = graph_key, transpose
+    ctx.save_for_backward(values, B)
+
+
+def _spmm_backward(ctx, dC):
+    values, B = ctx.saved_tensors
+    graph_key, transpose = ctx.graph_key, ctx.transpose
+    dvalues = dB = None
+    if ctx.needs_input_grad[0]:  # a_ij: <dC_i, B_j> (A B) or <B_i, dC_j> (A^T B)
+        ones = torch.ones_like(values)
+        dvalues = _sddmm_op(ones, B, dC, graph_key) if transpose else _sddmm_op(ones, dC, B, graph_key)
+    if ctx.needs_input_grad[1]:
+        dB = _spmm_op(values, dC, graph_key, not transpose)
+    return dvalues, dB, None, None
+
+
+_spmm_op.register_autograd(_spmm_backward, setup_context=_spmm_setup)
+
+
+@torch.library.custom_op("numbasparse::sddmm", mutates_args=())
+def _sddmm_op(values: torch.Tensor, X: torch.Tensor, Y: torch.Tensor, graph_key: str) -> torch.Tensor:
+    """s = values ⊙ <X_i, Y_j> per stored entry (i, j), in the pattern's entry order."""
+    graph = _graph(graph_key)
+    return _host_values(api.sddmm(graph.matrix(values), X.detach().contiguous(), Y.detach().contiguous()))
+
+
+@_sddmm_op.register_fake
+def _(values, X, Y, graph_key):
+    return X.new_empty((_graph(graph_key).nnz,))
+
+
+def _sddmm_setup(ctx, inputs, output):
+    values, X, Y, graph_key = inputs
+    ctx.graph_key = graph_key
+    ctx.save_for_backward(values, X, Y)
+
+
+def _sddmm_backward(ctx, ds):
+    values, X, Y = ctx.saved_tensors
+    return _score_grads(ctx.needs_input_grad[:3], ctx.graph_key, values, X, Y, ds) + (None,)
+
+
+_sddmm_op.register_autograd(_sddmm_backward, setup_context=_sddmm_setup)
+
+
+def _score_grads(needs, graph_key, values, X, Y, ds):
     """Gradients of s = values ⊙ <X_i, Y_j> given ds: (dvalues, dX, dY), None where not needed."""
     dvalues = dX = dY = None
     weighted = values * ds
     if needs[0]:
-        dvalues = ds * _SDDMM.apply(graph, torch.ones_like(values), X, Y)
+        dvalues = ds * _sddmm_op(torch.ones_like(values), X, Y, graph_key)
     if needs[1]:
-        dX = _SpMM.apply(graph, weighted, Y, False)
+        dX = _spmm_op(weighted, Y, graph_key, False)
     if needs[2]:
-        dY = _SpMM.apply(graph, weighted, X, True)
+        dY = _spmm_op(weighted, X, graph_key, True)
     return dvalues, dX, dY
 
 
-class _ScoresTimes(torch.autograd.Function):
-    """out = f(s) Z with s = values ⊙ <X_i, Y_j> and f the identity or the row softmax; the
-    forward is one fused kernel, the backward recomputes s (it is never stored)."""
-
-    @staticmethod
-    def forward(ctx, graph, values, X, Y, Z, softmax):
-        ctx.graph, ctx.softmax = graph, softmax
-        ctx.save_for_backward(values, X, Y, Z)
-        fn = api.graph_attention if softmax else api.sddmm_spmm
-        return fn(graph.matrix(values), X.detach().contiguous(), Y.detach().contiguous(), Z.detach().contiguous())
-
-    @staticmethod
-    def backward(ctx, dout):
-        values, X, Y, Z = ctx.saved_tensors
-        graph = ctx.graph
-        s = _SDDMM.apply(graph, values, X, Y)
-        weights = _edge_softmax(graph, s) if ctx.softmax else s
-        dZ = _SpMM.apply(graph, weights, dout, True) if ctx.needs_input_grad[4] else None
-        dweights = _SDDMM.apply(graph, torch.ones_like(values), dout, Z)
-        if ctx.softmax:  # softmax backward per row: w ⊙ (dw - sum_j w dw)
-            ds = weights * (dweights - graph.row_sums(weights * dweights)[graph._rows])
-        else:
-            ds = dweights
-        return (None,) + _score_grads(ctx.needs_input_grad[1:4], graph, values, X, Y, ds) + (dZ, None)
+@torch.library.custom_op("numbasparse::scores_times", mutates_args=())
+def _scores_times_op(values: torch.Tensor, X: torch.Tensor, Y: torch.Tensor, Z: torch.Tensor, rows: torch.Tensor,
+                     graph_key: str, softmax: bool) -> torch.Tensor:
+    """out = f(s) Z with s = values ⊙ <X_i, Y_j> and f the identity or the row softmax, in one
+    fused kernel on CUDA; the backward recomputes s (it is never stored)."""
+    graph = _graph(graph_key)
+    fn = api.graph_attention if softmax else api.sddmm_spmm
+    return fn(graph.matrix(values), X.detach().contiguous(), Y.detach().contiguous(), Z.detach().contiguous())
 
 
-def _edge_softmax(graph, s):
-    largest = torch.full((graph.shape[0],), -torch.inf, dtype=s.dtype, device=s.device)
-    largest = largest.scatter_reduce(0, graph._rows, s.detach(), "amax")  # a constant shift
-    e = torch.exp(s - largest[graph._rows])
-    return e / graph.row_sums(e)[graph._rows]
+@_scores_times_op.register_fake
+def _(values, X, Y, Z, rows, graph_key, softmax):
+    return Z.new_empty((_graph(graph_key).shape[0], Z.shape[1]))
+
+
+def _scores_times_setup(ctx, inputs, output):
+    values, X, Y, Z, rows, graph_key, softmax = inputs
+    ctx.graph_key, ctx.softmax, ctx.n_rows = graph_key, softmax, _graph(graph_key).shape[0]
+    ctx.save_for_backward(values, X, Y, Z, rows)
+
+
+def _scores_times_backward(ctx, dout):
+    values, X, Y, Z, rows = ctx.saved_tensors  # (rows: each entry's row, a traced input)
+    graph_key = ctx.graph_key
+    s = _sddmm_op(values, X, Y, graph_key)
+    weights = _edge_softmax(s, rows, ctx.n_rows) if ctx.softmax else s
+    dZ = _spmm_op(weights, dout, graph_key, True) if ctx.needs_input_grad[3] else None
+    dweights = _sddmm_op(torch.ones_like(values), dout, Z, graph_key)
+    if ctx.softmax:  # softmax backward per row: w ⊙ (dw - sum_j w dw)
+        ds = weights * (dweights - _row_sums(weights * dweights, rows, ctx.n_rows)[rows])
+    else:
+        ds = dweights
+    return _score_grads(ctx.needs_input_grad[:3], graph_key, values, X, Y, ds) + (dZ, None, None, None)
+
+
+_scores_times_op.register_autograd(_scores_times_backward, setup_context=_scores_times_setup)
+
+
+def _row_sums(edge_values, rows, n_rows):
+    """Sum of ``edge_values`` over each row's entries (``rows``: each entry's row)."""
+    return torch.zeros(n_rows, dtype=edge_values.dtype, device=edge_values.device).index_add(0, rows, edge_values)
+
+
+def _edge_softmax(s, rows, n_rows):
+    """Softmax of the entry values ``s`` over each row's entries."""
+    largest = torch.full((n_rows,), -torch.inf, dtype=s.dtype, device=s.device)
+    largest = largest.scatter_reduce(0, rows, s.detach(), "amax")  # a constant shift
+    e = torch.exp(s - largest[rows])
+    return e / _row_sums(e, rows, n_rows)[rows]
 
 
 def _values(graph, values, like):
@@ -192,19 +254,19 @@ def spmm(graph, B, values=None, *, reduce="sum"):
         values = values / graph.degrees(values.dtype).clamp(min=1)[graph._rows]
     elif reduce != "sum":
         raise ValueError(f"reduce must be 'sum' or 'mean' for autograd, got {reduce!r}")
-    return _SpMM.apply(graph, values, B, False)
+    return _spmm_op(values, B, graph.key, False)
 
 
 def sddmm(graph, X, Y, values=None):
     """``values ⊙ <X_i, Y_j>`` per stored entry (a tensor in the pattern's entry order)."""
-    return _SDDMM.apply(graph, _values(graph, values, X), X, Y)
+    return _sddmm_op(_values(graph, values, X), X, Y, graph.key)
 
 
 def sddmm_spmm(graph, X, Y, Z, values=None):
     """``(A ⊙ (X Y^T)) Z`` in one fused kernel forward; differentiable in X, Y, Z, values."""
-    return _ScoresTimes.apply(graph, _values(graph, values, X), X, Y, Z, False)
+    return _scores_times_op(_values(graph, values, X), X, Y, Z, graph._rows, graph.key, False)
 
 
 def graph_attention(graph, Q, K, V, values=None):
     """``softmax_row(A ⊙ (Q K^T)) V`` fused forward (online softmax); differentiable in all."""
-    return _ScoresTimes.apply(graph, _values(graph, values, Q), Q, K, V, True)
+    return _scores_times_op(_values(graph, values, Q), Q, K, V, graph._rows, graph.key, True)

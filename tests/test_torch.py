@@ -112,3 +112,42 @@ def test_second_derivatives_through_create_graph(device, op):
     (grad,) = torch.autograd.grad(fn(*inputs).square().sum(), inputs[1], create_graph=True)
     assert grad.requires_grad
     assert torch.autograd.gradgradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_custom_ops_pass_opcheck(device):
+    """Schema, fake (meta) implementations, autograd registration and AOT dispatch of each op."""
+    rng, A, graph = _setup(device)
+    values = graph.values.clone().requires_grad_(True)
+    X, Y, Z = _tensor(rng, (7, 3), device), _tensor(rng, (6, 3), device), _tensor(rng, (6, 4), device)
+    B, C = _tensor(rng, (6, 5), device), _tensor(rng, (7, 5), device)
+    ops = torch.ops.numbasparse
+    rows = graph._rows
+    for op, args in ((ops.spmm, (values, B, graph.key, False)), (ops.spmm, (values, C, graph.key, True)),
+                     (ops.sddmm, (values, X, Y, graph.key)),
+                     (ops.scores_times, (values, X, Y, Z, rows, graph.key, False)),
+                     (ops.scores_times, (values, X, Y, Z, rows, graph.key, True))):
+        torch.library.opcheck(op, args)
+
+
+@pytest.mark.parametrize("model", ["gcn", "gat"])
+def test_a_model_on_the_ops_compiles_with_fullgraph(model):
+    """torch.compile(fullgraph=True) traces a GCN / attention layer built on the ops (no graph
+    break) and gives the eager result, gradients included."""
+    rng, A, graph = _setup("cpu", shape=(30, 30), density=0.2, seed=1)
+    W = torch.tensor(rng.standard_normal((8, 4)), requires_grad=True)
+    X = torch.tensor(rng.standard_normal((30, 8)), requires_grad=True)
+
+    def forward(X, W):
+        H = X @ W
+        if model == "gcn":
+            return torch.relu(nst.spmm(graph, H, reduce="mean")).sum()
+        return nst.graph_attention(graph, H, H, H).square().sum()
+
+    eager = forward(X, W)
+    (eager_grad,) = torch.autograd.grad(eager, W)
+    compiled = torch.compile(forward, fullgraph=True, backend="aot_eager")
+    out = compiled(X, W)
+    (grad,) = torch.autograd.grad(out, W)
+    torch.testing.assert_close(out, eager)
+    torch.testing.assert_close(grad, eager_grad)
