@@ -96,10 +96,13 @@ def _host_values(out):
     return torch.from_numpy(out.data) if sp.issparse(out) else out
 
 
-# The operations are torch custom ops (``numbasparse::spmm``, ``::sddmm``, ``::scores_times``)
-# with fake implementations and registered autograd: torch.compile traces them without a graph
-# break.  A Graph reaches an op as its key, a string (ops take tensors and plain values only).  The
-# backward formulas call the ops themselves (and torch ops), so with ``create_graph=True`` they
+# Each operation exists twice, with one forward, one setup and one backward: as a torch custom op
+# (``numbasparse::spmm``, ``::sddmm``, ``::scores_times``, with a fake implementation and
+# registered autograd), which torch.compile traces without a graph break, and as an
+# autograd.Function, which eager calls take because its Python overhead per call is far smaller
+# (the custom op's autograd wrapper costs tens of microseconds).  ``_run`` picks one.  A Graph
+# reaches an op as its key, a string (ops take tensors and plain values only).  The backward
+# formulas call the operations themselves (and torch ops), so with ``create_graph=True`` they
 # record their own graph: second derivatives are exact.
 
 _GRAPHS = weakref.WeakValueDictionary()  # Graph.key -> Graph
@@ -112,17 +115,21 @@ def _graph(key):
     return graph
 
 
-@torch.library.custom_op("numbasparse::spmm", mutates_args=())
-def _spmm_op(values: torch.Tensor, B: torch.Tensor, graph_key: str, transpose: bool) -> torch.Tensor:
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _run(name, *args):
+    """Operation ``name`` ("spmm", "sddmm", "scores_times") on ``args``: the autograd.Function
+    for plain tensors in eager mode, the custom op while torch.compile traces or for tensor
+    subclasses (fake and functional tensors of AOT tracing, and any other)."""
+    if torch.compiler.is_compiling() or any(type(a) not in _PLAIN for a in args if isinstance(a, torch.Tensor)):
+        return _CUSTOM_OPS[name](*args)
+    return _FUNCTIONS[name].apply(*args)
+
+
+def _spmm_forward(values, B, graph_key, transpose):
     """C = A B, or A^T B with ``transpose`` (A's values in the pattern's entry order)."""
-    graph = _graph(graph_key)
-    return api.spmm(graph.matrix(values, transpose), B.detach().contiguous())
-
-
-@_spmm_op.register_fake
-def _(values, B, graph_key, transpose):
-    rows = _graph(graph_key).shape[1 if transpose else 0]
-    return B.new_empty((rows, B.shape[1]))
+    return api.spmm(_graph(graph_key).matrix(values, transpose), B.detach().contiguous())
 
 
 def _spmm_setup(ctx, inputs, output):
@@ -137,25 +144,16 @@ def _spmm_backward(ctx, dC):
     dvalues = dB = None
     if ctx.needs_input_grad[0]:  # a_ij: <dC_i, B_j> (A B) or <B_i, dC_j> (A^T B)
         ones = torch.ones_like(values)
-        dvalues = _sddmm_op(ones, B, dC, graph_key) if transpose else _sddmm_op(ones, dC, B, graph_key)
+        dvalues = _run("sddmm", ones, B, dC, graph_key) if transpose else _run("sddmm", ones, dC, B, graph_key)
     if ctx.needs_input_grad[1]:
-        dB = _spmm_op(values, dC, graph_key, not transpose)
+        dB = _run("spmm", values, dC, graph_key, not transpose)
     return dvalues, dB, None, None
 
 
-_spmm_op.register_autograd(_spmm_backward, setup_context=_spmm_setup)
-
-
-@torch.library.custom_op("numbasparse::sddmm", mutates_args=())
-def _sddmm_op(values: torch.Tensor, X: torch.Tensor, Y: torch.Tensor, graph_key: str) -> torch.Tensor:
+def _sddmm_forward(values, X, Y, graph_key):
     """s = values ⊙ <X_i, Y_j> per stored entry (i, j), in the pattern's entry order."""
     graph = _graph(graph_key)
     return _host_values(api.sddmm(graph.matrix(values), X.detach().contiguous(), Y.detach().contiguous()))
-
-
-@_sddmm_op.register_fake
-def _(values, X, Y, graph_key):
-    return X.new_empty((_graph(graph_key).nnz,))
 
 
 def _sddmm_setup(ctx, inputs, output):
@@ -169,35 +167,26 @@ def _sddmm_backward(ctx, ds):
     return _score_grads(ctx.needs_input_grad[:3], ctx.graph_key, values, X, Y, ds) + (None,)
 
 
-_sddmm_op.register_autograd(_sddmm_backward, setup_context=_sddmm_setup)
-
-
 def _score_grads(needs, graph_key, values, X, Y, ds):
     """Gradients of s = values ⊙ <X_i, Y_j> given ds: (dvalues, dX, dY), None where not needed."""
     dvalues = dX = dY = None
     weighted = values * ds
     if needs[0]:
-        dvalues = ds * _sddmm_op(torch.ones_like(values), X, Y, graph_key)
+        dvalues = ds * _run("sddmm", torch.ones_like(values), X, Y, graph_key)
     if needs[1]:
-        dX = _spmm_op(weighted, Y, graph_key, False)
+        dX = _run("spmm", weighted, Y, graph_key, False)
     if needs[2]:
-        dY = _spmm_op(weighted, X, graph_key, True)
+        dY = _run("spmm", weighted, X, graph_key, True)
     return dvalues, dX, dY
 
 
-@torch.library.custom_op("numbasparse::scores_times", mutates_args=())
-def _scores_times_op(values: torch.Tensor, X: torch.Tensor, Y: torch.Tensor, Z: torch.Tensor, rows: torch.Tensor,
-                     graph_key: str, softmax: bool) -> torch.Tensor:
+def _scores_times_forward(values, X, Y, Z, rows, graph_key, softmax):
     """out = f(s) Z with s = values ⊙ <X_i, Y_j> and f the identity or the row softmax, in one
-    fused kernel on CUDA; the backward recomputes s (it is never stored)."""
-    graph = _graph(graph_key)
+    fused kernel on CUDA; the backward recomputes s (it is never stored).  ``rows``: each
+    entry's row (the backward's softmax needs it as an input, not a constant)."""
     fn = api.graph_attention if softmax else api.sddmm_spmm
-    return fn(graph.matrix(values), X.detach().contiguous(), Y.detach().contiguous(), Z.detach().contiguous())
-
-
-@_scores_times_op.register_fake
-def _(values, X, Y, Z, rows, graph_key, softmax):
-    return Z.new_empty((_graph(graph_key).shape[0], Z.shape[1]))
+    return fn(_graph(graph_key).matrix(values), X.detach().contiguous(), Y.detach().contiguous(),
+              Z.detach().contiguous())
 
 
 def _scores_times_setup(ctx, inputs, output):
@@ -207,12 +196,12 @@ def _scores_times_setup(ctx, inputs, output):
 
 
 def _scores_times_backward(ctx, dout):
-    values, X, Y, Z, rows = ctx.saved_tensors  # (rows: each entry's row, a traced input)
+    values, X, Y, Z, rows = ctx.saved_tensors
     graph_key = ctx.graph_key
-    s = _sddmm_op(values, X, Y, graph_key)
+    s = _run("sddmm", values, X, Y, graph_key)
     weights = _edge_softmax(s, rows, ctx.n_rows) if ctx.softmax else s
-    dZ = _spmm_op(weights, dout, graph_key, True) if ctx.needs_input_grad[3] else None
-    dweights = _sddmm_op(torch.ones_like(values), dout, Z, graph_key)
+    dZ = _run("spmm", weights, dout, graph_key, True) if ctx.needs_input_grad[3] else None
+    dweights = _run("sddmm", torch.ones_like(values), dout, Z, graph_key)
     if ctx.softmax:  # softmax backward per row: w ⊙ (dw - sum_j w dw)
         ds = weights * (dweights - _row_sums(weights * dweights, rows, ctx.n_rows)[rows])
     else:
@@ -220,7 +209,56 @@ def _scores_times_backward(ctx, dout):
     return _score_grads(ctx.needs_input_grad[:3], graph_key, values, X, Y, ds) + (dZ, None, None, None)
 
 
-_scores_times_op.register_autograd(_scores_times_backward, setup_context=_scores_times_setup)
+@torch.library.custom_op("numbasparse::spmm", mutates_args=())
+def _spmm_op(values: torch.Tensor, B: torch.Tensor, graph_key: str, transpose: bool) -> torch.Tensor:
+    return _spmm_forward(values, B, graph_key, transpose)
+
+
+@_spmm_op.register_fake
+def _(values, B, graph_key, transpose):
+    return B.new_empty((_graph(graph_key).shape[1 if transpose else 0], B.shape[1]))
+
+
+@torch.library.custom_op("numbasparse::sddmm", mutates_args=())
+def _sddmm_op(values: torch.Tensor, X: torch.Tensor, Y: torch.Tensor, graph_key: str) -> torch.Tensor:
+    return _sddmm_forward(values, X, Y, graph_key)
+
+
+@_sddmm_op.register_fake
+def _(values, X, Y, graph_key):
+    return X.new_empty((_graph(graph_key).nnz,))
+
+
+@torch.library.custom_op("numbasparse::scores_times", mutates_args=())
+def _scores_times_op(values: torch.Tensor, X: torch.Tensor, Y: torch.Tensor, Z: torch.Tensor, rows: torch.Tensor,
+                     graph_key: str, softmax: bool) -> torch.Tensor:
+    return _scores_times_forward(values, X, Y, Z, rows, graph_key, softmax)
+
+
+@_scores_times_op.register_fake
+def _(values, X, Y, Z, rows, graph_key, softmax):
+    return Z.new_empty((_graph(graph_key).shape[0], Z.shape[1]))
+
+
+def _function(name, forward, setup, backward):
+    """The autograd.Function of an operation (the eager path of :func:`_run`), with a classic
+    ``forward(ctx, ...)``: a ``setup_context`` Function costs about three times as much per call."""
+    def forward_with_ctx(ctx, *inputs):
+        output = forward(*inputs)
+        setup(ctx, inputs, output)
+        return output
+
+    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward_with_ctx),
+                                                   "backward": staticmethod(backward)})
+
+
+_CUSTOM_OPS = {"spmm": _spmm_op, "sddmm": _sddmm_op, "scores_times": _scores_times_op}
+_FUNCTIONS = {}
+for _name, _parts in (("spmm", (_spmm_forward, _spmm_setup, _spmm_backward)),
+                      ("sddmm", (_sddmm_forward, _sddmm_setup, _sddmm_backward)),
+                      ("scores_times", (_scores_times_forward, _scores_times_setup, _scores_times_backward))):
+    _CUSTOM_OPS[_name].register_autograd(_parts[2], setup_context=_parts[1])
+    _FUNCTIONS[_name] = _function(f"_{_name}", *_parts)
 
 
 def _row_sums(edge_values, rows, n_rows):
@@ -254,19 +292,19 @@ def spmm(graph, B, values=None, *, reduce="sum"):
         values = values / graph.degrees(values.dtype).clamp(min=1)[graph._rows]
     elif reduce != "sum":
         raise ValueError(f"reduce must be 'sum' or 'mean' for autograd, got {reduce!r}")
-    return _spmm_op(values, B, graph.key, False)
+    return _run("spmm", values, B, graph.key, False)
 
 
 def sddmm(graph, X, Y, values=None):
     """``values ⊙ <X_i, Y_j>`` per stored entry (a tensor in the pattern's entry order)."""
-    return _sddmm_op(_values(graph, values, X), X, Y, graph.key)
+    return _run("sddmm", _values(graph, values, X), X, Y, graph.key)
 
 
 def sddmm_spmm(graph, X, Y, Z, values=None):
     """``(A ⊙ (X Y^T)) Z`` in one fused kernel forward; differentiable in X, Y, Z, values."""
-    return _scores_times_op(_values(graph, values, X), X, Y, Z, graph._rows, graph.key, False)
+    return _run("scores_times", _values(graph, values, X), X, Y, Z, graph._rows, graph.key, False)
 
 
 def graph_attention(graph, Q, K, V, values=None):
     """``softmax_row(A ⊙ (Q K^T)) V`` fused forward (online softmax); differentiable in all."""
-    return _scores_times_op(_values(graph, values, Q), Q, K, V, graph._rows, graph.key, True)
+    return _run("scores_times", _values(graph, values, Q), Q, K, V, graph._rows, graph.key, True)
