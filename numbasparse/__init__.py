@@ -5,8 +5,9 @@ provide_numpy_names()  # before numba-cuda compiles: numpy 2.5 (see _compat)
 
 from .api import algorithms, graph_attention, sddmm, sddmm_spmm, spmm, spmm_dense  # noqa: E402
 from .csr import CSR  # noqa: E402
+from .inputs import from_edge_index  # noqa: E402
 from .plan import Plan, prepare  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["CSR", "Plan", "algorithms", "graph_attention", "prepare", "sddmm", "sddmm_spmm", "spmm",
-           "spmm_dense"]
+__all__ = ["CSR", "Plan", "algorithms", "from_edge_index", "graph_attention", "prepare", "sddmm", "sddmm_spmm",
+           "spmm", "spmm_dense"]

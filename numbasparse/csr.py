@@ -5,18 +5,25 @@ import scipy.sparse as sp
 from . import arrays
 from .cache import MatrixCache
 from .dtypes import INDEX_DTYPES, check_value_dtype, index_dtype_for
+from .inputs import as_scipy
 from .validation import check_sparse
 
 
 def sparse_operand(A, name="A"):
     """``A`` as the public functions take it: a device :class:`CSR` as it is (built by the
-    library: trusted), or a scipy.sparse matrix or array whose structure passed
+    library: trusted), or a scipy.sparse matrix or array, or another library's sparse operand
+    converted to one (:mod:`numbasparse.inputs`), whose structure passed
     :func:`numbasparse.validation.check_sparse` (LIL, DIA and DOK come back as CSR); TypeError
     for anything else.  The first thing every public function does with its sparse operand."""
     if isinstance(A, CSR):
         return A
     if not sp.issparse(A):
-        raise TypeError(f"{name} must be a scipy.sparse matrix or numbasparse.CSR, got {type(A).__name__}")
+        converted = as_scipy(A, name)  # torch sparse, PyG, networkx, cupyx (numbasparse.inputs)
+        if converted is None:
+            raise TypeError(f"{name} must be a scipy.sparse matrix, a numbasparse.CSR, a torch sparse tensor, a "
+                            f"PyG EdgeIndex or SparseTensor, a networkx graph or a cupyx sparse matrix (an "
+                            f"edge_index goes through numbasparse.from_edge_index), got {type(A).__name__}")
+        A = converted
     return check_sparse(A, name)
 
 
@@ -58,6 +65,8 @@ def canonical_csr(A, *, dtype=None, index_dtype=None, name="A", checked=False):
     """
     if not checked:
         A = sparse_operand(A, name)
+    if isinstance(A, CSR):
+        A = A.to_scipy()
     A = _native_values(A)
     if dtype is None:
         dtype = np.float64 if A.dtype == np.float64 else np.float32

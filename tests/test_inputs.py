@@ -1,0 +1,98 @@
+"""Sparse operands of other libraries (numbasparse/inputs.py) give the same results as scipy's."""
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import numbasparse as ns
+from numbasparse.reference import spmm_reference
+from strategies import assert_close
+
+
+@pytest.fixture
+def graph():
+    rng = np.random.default_rng(0)
+    A = sp.random(7, 7, density=0.3, format="coo", random_state=rng, dtype=np.float32)
+    return sp.csr_matrix(A), rng.standard_normal((7, 3)).astype(np.float32)
+
+
+def same_product(operand, A, B):
+    assert_close(ns.spmm(operand, B, backend="cpu"), spmm_reference(A, B), np.float32)
+
+
+def test_edge_index_with_weights_and_num_nodes(graph):
+    A, B = graph
+    coo = A.tocoo()
+    edge_index = np.stack([coo.row, coo.col])
+    same_product(ns.from_edge_index(edge_index, coo.data, num_nodes=7), A, B)
+    unweighted = ns.from_edge_index(edge_index, num_nodes=9)
+    assert unweighted.shape == (9, 9) and np.all(unweighted.data == 1)
+    twice = ns.from_edge_index(np.concatenate([edge_index, edge_index], axis=1), num_nodes=7)
+    assert np.all(twice.data == 2)  # duplicate edges summed
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (np.zeros((3, 4), np.int64), ValueError, r"shape \(2, E\)"),
+    (np.zeros((2, 4), np.float32), TypeError, "integers"),
+    (np.array([[0, -1], [1, 2]]), ValueError, "negative"),
+])
+def test_a_malformed_edge_index_is_refused_by_name(bad, error, message):
+    with pytest.raises(error, match=message):
+        ns.from_edge_index(bad)
+
+
+def test_num_nodes_smaller_than_an_index_and_wrong_weights_are_refused():
+    edge_index = np.array([[0, 4], [1, 2]])
+    with pytest.raises(ValueError, match="num_nodes is 3 but edge_index names node 4"):
+        ns.from_edge_index(edge_index, num_nodes=3)
+    with pytest.raises(ValueError, match="edge_weight must have shape"):
+        ns.from_edge_index(edge_index, np.ones(3))
+    with pytest.raises(TypeError, match="num_nodes"):
+        ns.from_edge_index(edge_index, num_nodes=2.5)
+
+
+def test_networkx_graph(graph):
+    A, B = graph
+    G = nx.from_scipy_sparse_array(A, create_using=nx.DiGraph)
+    same_product(G, A, B)
+
+
+def test_torch_sparse_coo_and_csr_tensors_and_a_torch_edge_index(graph):
+    torch = pytest.importorskip("torch")
+    A, B = graph
+    coo = A.tocoo()
+    t = torch.sparse_coo_tensor(np.stack([coo.row, coo.col]), coo.data, size=A.shape)
+    same_product(t, A, B)
+    same_product(t.to_sparse_csr(), A, B)
+    edge_index = torch.as_tensor(np.stack([coo.row, coo.col]))
+    same_product(ns.from_edge_index(edge_index, torch.as_tensor(coo.data), num_nodes=7), A, B)
+    with pytest.raises(TypeError, match="layout"):
+        ns.spmm(torch.ones(7, 7).to_sparse_csc(), B, backend="cpu")
+
+
+def test_pyg_edge_index_and_torch_sparse_sparse_tensor_by_their_attributes(graph):
+    """PyG's EdgeIndex and torch_sparse's SparseTensor are read through their attributes (the
+    packages need not be installed for this test: stand-ins with the same attributes)."""
+    A, B = graph
+    coo = A.tocoo()
+
+    class EdgeIndex:  # PyG's: sparse_size() and as_tensor()
+        def sparse_size(self):
+            return (7, 7)
+
+        def as_tensor(self):
+            return np.stack([coo.row, coo.col])
+
+    binary = sp.csr_matrix((np.ones(A.nnz, np.float32), A.indices, A.indptr), shape=A.shape)
+    same_product(EdgeIndex(), binary, B)
+
+    SparseTensor = type("SparseTensor", (), {"__module__": "torch_sparse.tensor",
+                                             "csr": lambda self: (A.indptr, A.indices, A.data),
+                                             "sparse_sizes": lambda self: A.shape})
+    same_product(SparseTensor(), A, B)
+
+
+def test_anything_else_is_refused_naming_the_accepted_inputs(graph):
+    _, B = graph
+    with pytest.raises(TypeError, match="networkx graph"):
+        ns.spmm(np.ones((7, 7)), B)
