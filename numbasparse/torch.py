@@ -262,14 +262,16 @@ for _name, _parts in (("spmm", (_spmm_forward, _spmm_setup, _spmm_backward)),
 
 
 def _row_sums(edge_values, rows, n_rows):
-    """Sum of ``edge_values`` over each row's entries (``rows``: each entry's row)."""
-    return torch.zeros(n_rows, dtype=edge_values.dtype, device=edge_values.device).index_add(0, rows, edge_values)
+    """Sum of ``edge_values`` ((E, ...)) over each row's entries (``rows``: each entry's row)."""
+    shape = (n_rows,) + tuple(edge_values.shape[1:])
+    return torch.zeros(shape, dtype=edge_values.dtype, device=edge_values.device).index_add(0, rows, edge_values)
 
 
 def _edge_softmax(s, rows, n_rows):
-    """Softmax of the entry values ``s`` over each row's entries."""
-    largest = torch.full((n_rows,), -torch.inf, dtype=s.dtype, device=s.device)
-    largest = largest.scatter_reduce(0, rows, s.detach(), "amax")  # a constant shift
+    """Softmax of the entry values ``s`` ((E,) or (E, heads)) over each row's entries."""
+    index = rows if s.dim() == 1 else rows[:, None].expand_as(s)
+    largest = torch.full((n_rows,) + tuple(s.shape[1:]), -torch.inf, dtype=s.dtype, device=s.device)
+    largest = largest.scatter_reduce(0, index, s.detach(), "amax")  # a constant shift
     e = torch.exp(s - largest[rows])
     return e / _row_sums(e, rows, n_rows)[rows]
 
@@ -308,3 +310,12 @@ def sddmm_spmm(graph, X, Y, Z, values=None):
 def graph_attention(graph, Q, K, V, values=None):
     """``softmax_row(A ⊙ (Q K^T)) V`` fused forward (online softmax); differentiable in all."""
     return _run("scores_times", _values(graph, values, Q), Q, K, V, graph._rows, graph.key, True)
+
+
+def edge_softmax(graph, scores):
+    """Softmax of per-entry ``scores`` over each row's stored entries (GAT's attention weights):
+    ``scores`` of shape (nnz,) or (nnz, heads), in the pattern's entry order (as :func:`sddmm`
+    returns them); rows without entries have no weights.  Differentiable (torch ops)."""
+    if scores.shape[:1] != (graph.nnz,):
+        raise ValueError(f"scores must have {graph.nnz} rows (one per stored entry), got shape {tuple(scores.shape)}")
+    return _edge_softmax(scores, graph._rows, graph.shape[0])

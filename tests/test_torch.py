@@ -151,3 +151,21 @@ def test_a_model_on_the_ops_compiles_with_fullgraph(model):
     (grad,) = torch.autograd.grad(out, W)
     torch.testing.assert_close(out, eager)
     torch.testing.assert_close(grad, eager_grad)
+
+
+@pytest.mark.parametrize("heads", [None, 3])
+def test_edge_softmax_over_each_rows_entries_single_and_multi_head(heads):
+    rng, A, graph = _setup("cpu")
+    shape = (A.nnz,) if heads is None else (A.nnz, heads)
+    scores = torch.tensor(rng.standard_normal(shape), requires_grad=True)
+    weights = nst.edge_softmax(graph, scores)
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    expected = np.empty(shape)
+    s = scores.detach().numpy()
+    for r in np.unique(rows):
+        e = np.exp(s[rows == r] - s[rows == r].max(axis=0))
+        expected[rows == r] = e / e.sum(axis=0)
+    np.testing.assert_allclose(weights.detach().numpy(), expected, rtol=1e-12)
+    assert torch.autograd.gradcheck(lambda x: nst.edge_softmax(graph, x), (scores,))
+    with pytest.raises(ValueError, match="one per stored entry"):
+        nst.edge_softmax(graph, scores[:-1])
