@@ -50,6 +50,7 @@ class Graph:
             (np.ones(host.nnz), transposed.indices, transposed.indptr), shape=transposed.shape)}
         self._to_transposed = torch.as_tensor(transposed.data - 1, device=self.device)
         self._rows = torch.as_tensor(np.repeat(np.arange(host.shape[0]), np.diff(host.indptr)), device=self.device)
+        self._cols = torch.as_tensor(host.indices.astype(np.int64), device=self.device)
         self._degrees = torch.as_tensor(np.diff(host.indptr), device=self.device)
         self.values = torch.as_tensor(host.data, dtype=dtype, device=self.device)
         self._device_csr = {}
@@ -97,7 +98,7 @@ def _host_values(out):
 
 
 # Each operation exists twice, with one forward, one setup and one backward: as a torch custom op
-# (``numbasparse::spmm``, ``::sddmm``, ``::scores_times``, with a fake implementation and
+# (``numbasparse::spmm``, ``::sddmm``, ``::spmm_extremum``, ``::scores_times``, with a fake implementation and
 # registered autograd), which torch.compile traces without a graph break, and as an
 # autograd.Function, which eager calls take because its Python overhead per call is far smaller
 # (the custom op's autograd wrapper costs tens of microseconds).  ``_run`` picks one.  A Graph
@@ -209,6 +210,36 @@ def _scores_times_backward(ctx, dout):
     return _score_grads(ctx.needs_input_grad[:3], graph_key, values, X, Y, ds) + (dZ, None, None, None)
 
 
+def _extremum_forward(values, B, rows, cols, graph_key, reduce):
+    """C[i] = max (or min) over the stored j of a_ij B[j]; ``rows``, ``cols``: each entry's row
+    and column (the backward's inputs)."""
+    return api.spmm(_graph(graph_key).matrix(values), B.detach().contiguous(), reduce=reduce)
+
+
+def _extremum_setup(ctx, inputs, output):
+    values, B, rows, cols, graph_key, reduce = inputs
+    ctx.graph_key = graph_key
+    ctx.save_for_backward(values, B, rows, cols, output)
+
+
+def _extremum_backward(ctx, dC):
+    """The gradient of each output element goes to the one entry that gave it: of the entries
+    whose product equals the result, the first in the row's (sorted) order.  A NaN result sends
+    no gradient (a NaN product equals nothing).  Built from torch ops on (nnz, N) arrays."""
+    values, B, rows, cols, C = ctx.saved_tensors
+    n_entries = values.shape[0]
+    products = values[:, None] * B[cols]
+    hits = products == C[rows]
+    position = torch.arange(n_entries, device=values.device)[:, None].expand_as(products)
+    candidates = torch.where(hits, position, n_entries)
+    first = torch.full_like(C, n_entries, dtype=position.dtype).scatter_reduce(
+        0, rows[:, None].expand_as(candidates), candidates, "amin")
+    routed = torch.where(hits & (position == first[rows]), dC[rows], torch.zeros_like(products))
+    dvalues = (routed * B[cols]).sum(dim=1) if ctx.needs_input_grad[0] else None
+    dB = torch.zeros_like(B).index_add(0, cols, routed * values[:, None]) if ctx.needs_input_grad[1] else None
+    return dvalues, dB, None, None, None, None
+
+
 @torch.library.custom_op("numbasparse::spmm", mutates_args=())
 def _spmm_op(values: torch.Tensor, B: torch.Tensor, graph_key: str, transpose: bool) -> torch.Tensor:
     return _spmm_forward(values, B, graph_key, transpose)
@@ -227,6 +258,17 @@ def _sddmm_op(values: torch.Tensor, X: torch.Tensor, Y: torch.Tensor, graph_key:
 @_sddmm_op.register_fake
 def _(values, X, Y, graph_key):
     return X.new_empty((_graph(graph_key).nnz,))
+
+
+@torch.library.custom_op("numbasparse::spmm_extremum", mutates_args=())
+def _extremum_op(values: torch.Tensor, B: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, graph_key: str,
+                 reduce: str) -> torch.Tensor:
+    return _extremum_forward(values, B, rows, cols, graph_key, reduce)
+
+
+@_extremum_op.register_fake
+def _(values, B, rows, cols, graph_key, reduce):
+    return B.new_empty((_graph(graph_key).shape[0], B.shape[1]))
 
 
 @torch.library.custom_op("numbasparse::scores_times", mutates_args=())
@@ -252,10 +294,11 @@ def _function(name, forward, setup, backward):
                                                    "backward": staticmethod(backward)})
 
 
-_CUSTOM_OPS = {"spmm": _spmm_op, "sddmm": _sddmm_op, "scores_times": _scores_times_op}
+_CUSTOM_OPS = {"spmm": _spmm_op, "sddmm": _sddmm_op, "spmm_extremum": _extremum_op, "scores_times": _scores_times_op}
 _FUNCTIONS = {}
 for _name, _parts in (("spmm", (_spmm_forward, _spmm_setup, _spmm_backward)),
                       ("sddmm", (_sddmm_forward, _sddmm_setup, _sddmm_backward)),
+                      ("spmm_extremum", (_extremum_forward, _extremum_setup, _extremum_backward)),
                       ("scores_times", (_scores_times_forward, _scores_times_setup, _scores_times_backward))):
     _CUSTOM_OPS[_name].register_autograd(_parts[2], setup_context=_parts[1])
     _FUNCTIONS[_name] = _function(f"_{_name}", *_parts)
@@ -287,13 +330,17 @@ def _values(graph, values, like):
 
 
 def spmm(graph, B, values=None, *, reduce="sum"):
-    """``C = A B`` (reduce "sum") or the row mean over stored entries ("mean"), differentiable
-    in B and in the values."""
+    """``C = A B`` (reduce "sum"), the row mean over stored entries ("mean"), or the row maximum
+    or minimum of ``a_ij B[j]`` ("max", "min"; rows without entries give 0), differentiable in B
+    and in the values.  max/min route each output's gradient to the entry that gave it (of tied
+    entries, the first in the row; a NaN result passes none)."""
     values = _values(graph, values, B)
     if reduce == "mean":
         values = values / graph.degrees(values.dtype).clamp(min=1)[graph._rows]
+    elif reduce in ("max", "min"):
+        return _run("spmm_extremum", values, B, graph._rows, graph._cols, graph.key, reduce)
     elif reduce != "sum":
-        raise ValueError(f"reduce must be 'sum' or 'mean' for autograd, got {reduce!r}")
+        raise ValueError(f"reduce must be 'sum', 'mean', 'max' or 'min', got {reduce!r}")
     return _run("spmm", values, B, graph.key, False)
 
 

@@ -28,7 +28,7 @@ def _tensor(rng, shape, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
 def test_spmm_forward_and_gradcheck(device, reduce):
     rng, A, graph = _setup(device)
     B = _tensor(rng, (6, 5), device)
@@ -72,7 +72,7 @@ def test_values_must_match_operands():
     with pytest.raises(TypeError, match="match"):
         nst.spmm(graph, B, torch.ones(A.nnz, dtype=torch.float32))
     with pytest.raises(ValueError, match="reduce"):
-        nst.spmm(graph, B, reduce="max")
+        nst.spmm(graph, B, reduce="prod")
 
 
 @pytest.mark.gpu
@@ -124,6 +124,7 @@ def test_custom_ops_pass_opcheck(device):
     ops = torch.ops.numbasparse
     rows = graph._rows
     for op, args in ((ops.spmm, (values, B, graph.key, False)), (ops.spmm, (values, C, graph.key, True)),
+                     (ops.spmm_extremum, (values, B, rows, graph._cols, graph.key, "max")),
                      (ops.sddmm, (values, X, Y, graph.key)),
                      (ops.scores_times, (values, X, Y, Z, rows, graph.key, False)),
                      (ops.scores_times, (values, X, Y, Z, rows, graph.key, True))):
@@ -169,3 +170,14 @@ def test_edge_softmax_over_each_rows_entries_single_and_multi_head(heads):
     assert torch.autograd.gradcheck(lambda x: nst.edge_softmax(graph, x), (scores,))
     with pytest.raises(ValueError, match="one per stored entry"):
         nst.edge_softmax(graph, scores[:-1])
+
+
+
+def test_max_gradient_goes_to_the_first_of_tied_entries():
+    A = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))  # row 0: two entries, row 1: none
+    graph = nst.Graph(A, dtype=torch.float64)
+    B = torch.tensor([[2.0, 5.0], [2.0, 1.0], [9.0, 9.0]], dtype=torch.float64, requires_grad=True)
+    C = nst.spmm(graph, B, reduce="max")
+    assert C.tolist() == [[2.0, 5.0], [0.0, 0.0]]
+    C.sum().backward()
+    assert B.grad.tolist() == [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]  # column 0 tied: entry 0 takes it
