@@ -319,21 +319,37 @@ def _edge_softmax(s, rows, n_rows):
     return e / _row_sums(e, rows, n_rows)[rows]
 
 
-def _values(graph, values, like):
+def _values(graph, values, like, heads=None):
+    """The entry values for an operation on ``like``: (nnz,), or (nnz, heads) for a multi-head one."""
     values = graph.values if values is None else values
-    if values.shape != (graph.nnz,):
-        raise ValueError(f"values must have shape ({graph.nnz},), got {tuple(values.shape)}")
+    if heads is not None and values.dim() == 1:
+        values = values[:, None].expand(graph.nnz, heads)
+    expected = (graph.nnz,) if heads is None else (graph.nnz, heads)
+    if values.shape != expected:
+        raise ValueError(f"values must have shape {expected}, got {tuple(values.shape)}")
     if values.dtype != like.dtype or values.device != like.device:
         raise TypeError(f"values ({values.dtype}, {values.device}) must match the dense operands "
                         f"({like.dtype}, {like.device})")
     return values
 
 
+def _per_head(fn, values, *dense):
+    """A multi-head operation as one per head (a launch each): head h takes ``values[:, h]`` and
+    ``d[:, h]`` of every dense operand; the results are stacked on dimension 1."""
+    return torch.stack([fn(values[:, h], *(d[:, h] for d in dense)) for h in range(values.shape[1])], dim=1)
+
+
 def spmm(graph, B, values=None, *, reduce="sum"):
     """``C = A B`` (reduce "sum"), the row mean over stored entries ("mean"), or the row maximum
     or minimum of ``a_ij B[j]`` ("max", "min"; rows without entries give 0), differentiable in B
     and in the values.  max/min route each output's gradient to the entry that gave it (of tied
-    entries, the first in the row; a NaN result passes none)."""
+    entries, the first in the row; a NaN result passes none).
+
+    Multi-head: B of shape (K, heads, F) with values of shape (nnz, heads) (or (nnz,), shared by
+    the heads) gives C of shape (M, heads, F), head h computed with values[:, h] and B[:, h]."""
+    if B.dim() == 3:
+        values = _values(graph, values, B, heads=B.shape[1])
+        return _per_head(lambda v, b: spmm(graph, b.contiguous(), v.contiguous(), reduce=reduce), values, B)
     values = _values(graph, values, B)
     if reduce == "mean":
         values = values / graph.degrees(values.dtype).clamp(min=1)[graph._rows]
@@ -345,7 +361,11 @@ def spmm(graph, B, values=None, *, reduce="sum"):
 
 
 def sddmm(graph, X, Y, values=None):
-    """``values ⊙ <X_i, Y_j>`` per stored entry (a tensor in the pattern's entry order)."""
+    """``values ⊙ <X_i, Y_j>`` per stored entry (a tensor in the pattern's entry order).
+    Multi-head: X (M, heads, D) and Y (N, heads, D) give scores of shape (nnz, heads)."""
+    if X.dim() == 3:
+        values = _values(graph, values, X, heads=X.shape[1])
+        return _per_head(lambda v, x, y: sddmm(graph, x.contiguous(), y.contiguous(), v.contiguous()), values, X, Y)
     return _run("sddmm", _values(graph, values, X), X, Y, graph.key)
 
 

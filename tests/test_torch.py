@@ -181,3 +181,23 @@ def test_max_gradient_goes_to_the_first_of_tied_entries():
     assert C.tolist() == [[2.0, 5.0], [0.0, 0.0]]
     C.sum().backward()
     assert B.grad.tolist() == [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]  # column 0 tied: entry 0 takes it
+
+
+def test_multi_head_spmm_and_sddmm_compute_each_head_with_its_values():
+    rng, A, graph = _setup("cpu")
+    heads = 3
+    values = torch.tensor(rng.uniform(0.5, 1.5, (A.nnz, heads)), requires_grad=True)
+    B = _tensor(rng, (6, heads, 4), "cpu")
+    C = nst.spmm(graph, B, values)
+    X, Y = _tensor(rng, (7, heads, 2), "cpu"), _tensor(rng, (6, heads, 2), "cpu")
+    S = nst.sddmm(graph, X, Y, values)
+    assert C.shape == (7, heads, 4) and S.shape == (A.nnz, heads)
+    for h in range(heads):
+        Ah = sp.csr_matrix((values[:, h].detach().numpy(), A.indices, A.indptr), shape=A.shape)
+        np.testing.assert_allclose(C[:, h].detach().numpy(), spmm_reference(Ah, B[:, h].detach().numpy()), rtol=1e-10)
+        np.testing.assert_allclose(S[:, h].detach().numpy(),
+                                   sddmm_reference(Ah, X[:, h].detach().numpy(), Y[:, h].detach().numpy()), rtol=1e-10)
+    assert torch.autograd.gradcheck(lambda v, b: nst.spmm(graph, b, v), (values, B))
+    assert torch.autograd.gradcheck(lambda v, x, y: nst.sddmm(graph, x, y, v), (values, X, Y))
+    shared = nst.spmm(graph, B)  # the graph's values, one set for every head
+    np.testing.assert_allclose(shared[:, 0].detach().numpy(), spmm_reference(A, B[:, 0].detach().numpy()), rtol=1e-10)
