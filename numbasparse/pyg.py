@@ -1,0 +1,161 @@
+"""PyG layers whose aggregation runs on numbasparse (``import numbasparse.pyg``; needs
+torch_geometric).
+
+``GCNConv``, ``SAGEConv``, ``GATConv`` and ``GINConv`` are PyG's own classes with one method
+replaced: ``propagate``, the message passing itself.  Constructor arguments, parameters (names,
+shapes, initialisation), normalisation, attention coefficients, dropout, bias and outputs are
+PyG's; the sum, mean or max over each node's incoming edges is :func:`numbasparse.torch.spmm`
+(with the edge weights or attention coefficients as the sparse matrix's values), so gradients
+flow through numbasparse's autograd.  A state dict moves between a PyG layer and its numbasparse
+twin unchanged.
+
+Any other ``MessagePassing`` layer whose messages are ``weight * x_j`` (or ``x_j``) can call
+:func:`aggregate` from its ``propagate`` or ``message_and_aggregate``::
+
+    def message_and_aggregate(self, edge_index, x):
+        return numbasparse.pyg.aggregate(edge_index, x[0], size=(x[0].size(0), x[1].size(0)), reduce="sum")
+
+Graphs follow PyG's default ``flow="source_to_target"``: node ``edge_index[1, e]`` receives the
+message of ``edge_index[0, e]``.  The sparse pattern of an ``edge_index`` is built once and kept
+(the last few distinct ones, compared by value), so a layer called again on the same graph pays
+only for its kernels.
+"""
+import numpy as np
+import scipy.sparse as sp
+import torch
+import torch_geometric.nn as pyg_nn
+
+from . import torch as nst
+
+#: Distinct edge_index tensors whose patterns are kept (compared by value: PyG builds a new
+#: tensor on each call when it adds self loops).
+PATTERNS_KEPT = 8
+_patterns = []  # [(edge_index, (n_dst, n_src), Pattern)], most recent first
+
+
+class Pattern:
+    """The numbasparse graph of an ``edge_index`` (rows: receivers, columns: senders) and the
+    entry of each edge (duplicate edges share one)."""
+
+    def __init__(self, edge_index, size):
+        index = edge_index.detach().cpu().numpy().astype(np.int64)
+        receivers, senders = index[1], index[0]
+        n_dst, n_src = size
+        order = np.lexsort((senders, receivers))
+        pairs = receivers[order] * max(n_src, 1) + senders[order]
+        first = np.r_[True, pairs[1:] != pairs[:-1]] if pairs.size else np.zeros(0, bool)
+        entry = np.empty(index.shape[1], np.int64)
+        entry[order] = np.cumsum(first) - 1
+        counts = np.bincount(entry, minlength=int(first.sum())).astype(np.float64)
+        rows, cols = receivers[order][first], senders[order][first]
+        A = sp.csr_matrix((counts, (rows, cols)), shape=(n_dst, n_src))
+        self.graph = nst.Graph(A, device=edge_index.device, dtype=torch.float64)
+        self.entry_of_edge = torch.as_tensor(entry, device=edge_index.device)
+        self.edges_per_row = torch.as_tensor(np.bincount(receivers, minlength=n_dst), device=edge_index.device)
+
+    def values(self, edge_values, like):
+        """Per-entry values from per-edge ``edge_values`` ((E,) or (E, heads); None: 1 per
+        edge), duplicates summed: the sum over a node's edges of ``value * x_j``."""
+        if edge_values is None:
+            return self.graph.values.to(like.dtype)  # edge counts per entry
+        shape = (self.graph.nnz,) + tuple(edge_values.shape[1:])
+        return torch.zeros(shape, dtype=edge_values.dtype, device=edge_values.device).index_add(
+            0, self.entry_of_edge, edge_values)
+
+
+def pattern(edge_index, size):
+    """The :class:`Pattern` of ``edge_index`` for ``size`` = (receivers, senders), from the
+    patterns kept or new."""
+    for i, (kept, kept_size, found) in enumerate(_patterns):
+        if kept_size == size and kept.shape == edge_index.shape and kept.device == edge_index.device \
+                and torch.equal(kept, edge_index):
+            _patterns.insert(0, _patterns.pop(i))
+            return found
+    found = Pattern(edge_index, size)
+    _patterns.insert(0, (edge_index.detach().clone(), size, found))
+    del _patterns[PATTERNS_KEPT:]
+    return found
+
+
+def aggregate(edge_index, x, *, size=None, edge_values=None, reduce="sum"):
+    """``out[i] = reduce over the edges (j -> i) of edge_values[e] * x[j]`` ("sum", "mean": over
+    the edges, "max", "min": of ``x[j]``, edge values not allowed; nodes without edges give 0).
+    ``x``: (senders, F), or (senders, heads, F) with ``edge_values`` (E, heads).  ``size``:
+    (senders, receivers) as PyG passes it (default: x's rows for both)."""
+    if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise TypeError(f"edge_index must be a (2, E) tensor (PyG's SparseTensor and torch sparse adjacency "
+                        f"are not taken here), got {type(edge_index).__name__}")
+    n_src = x.shape[0] if size is None or size[0] is None else size[0]
+    n_dst = n_src if size is None or size[1] is None else size[1]
+    found = pattern(edge_index, (n_dst, n_src))
+    if reduce in ("max", "min"):
+        if edge_values is not None:
+            raise ValueError(f"reduce={reduce!r} takes no edge values")
+        ones = torch.ones(found.graph.nnz, dtype=x.dtype, device=x.device)
+        return nst.spmm(found.graph, x, ones, reduce=reduce)
+    values = found.values(edge_values, x)
+    if reduce == "mean":
+        values = values / found.edges_per_row.clamp(min=1)[found.graph._rows].to(values.dtype)
+    elif reduce not in ("sum", "add"):
+        raise ValueError(f"reduce must be 'sum', 'mean', 'max' or 'min', got {reduce!r}")
+    return nst.spmm(found.graph, x, values.to(x.dtype))
+
+
+def _size(size, x):
+    """PyG's (senders, receivers) of a propagate call."""
+    if size is not None:
+        return size
+    if isinstance(x, (tuple, list)):
+        return (x[0].size(0), x[1].size(0) if x[1] is not None else x[0].size(0))
+    return (x.size(0), x.size(0))
+
+
+def _source(x):
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+class GCNConv(pyg_nn.GCNConv):
+    """PyG's ``GCNConv`` with the normalised sum over incoming edges on numbasparse."""
+
+    def propagate(self, edge_index, size=None, x=None, edge_weight=None, **kwargs):
+        return aggregate(edge_index, x, size=_size(size, x), edge_values=edge_weight, reduce="sum")
+
+
+class SAGEConv(pyg_nn.SAGEConv):
+    """PyG's ``SAGEConv`` (``aggr`` "mean", "max", "min" or "sum") with the aggregation on
+    numbasparse."""
+
+    def propagate(self, edge_index, size=None, x=None, **kwargs):
+        return aggregate(edge_index, _source(x), size=_size(size, x), reduce=_reduce(self.aggr))
+
+
+class GINConv(pyg_nn.GINConv):
+    """PyG's ``GINConv`` with the sum over incoming edges on numbasparse."""
+
+    def propagate(self, edge_index, size=None, x=None, **kwargs):
+        return aggregate(edge_index, _source(x), size=_size(size, x), reduce=_reduce(self.aggr))
+
+
+class GATConv(pyg_nn.GATConv):
+    """PyG's ``GATConv`` (multi-head): PyG computes the attention coefficients (and their
+    softmax and dropout); the weighted sum over incoming edges, per head, runs on numbasparse."""
+
+    def edge_updater(self, edge_index, alpha=None, edge_attr=None, size=None):
+        # PyG generates this method from the type comments in a class's own ``forward``, which a
+        # subclass does not repeat: the same steps, written out (each edge's coefficient from its
+        # sender's and receiver's, then PyG's edge_update: leaky ReLU, softmax, dropout)
+        alpha_src, alpha_dst = alpha
+        senders, receivers = edge_index[0], edge_index[1]
+        n_dst = size[1] if size is not None and size[1] is not None else \
+            (alpha_dst if alpha_dst is not None else alpha_src).size(0)
+        return self.edge_update(alpha_src[senders], None if alpha_dst is None else alpha_dst[receivers],
+                                edge_attr, receivers, None, n_dst)
+
+    def propagate(self, edge_index, size=None, x=None, alpha=None, **kwargs):
+        return aggregate(edge_index, _source(x), size=_size(size, x), edge_values=alpha, reduce="sum")
+
+
+def _reduce(aggr):
+    if not isinstance(aggr, str):
+        raise ValueError(f"numbasparse.pyg takes aggr 'add'/'sum', 'mean', 'max' or 'min', got {aggr!r}")
+    return {"add": "sum"}.get(aggr, aggr)
