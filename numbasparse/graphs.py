@@ -57,17 +57,27 @@ def community_graph(n_nodes=4096, avg_degree=10.0, n_communities=40, mixing=0.2,
     return (A, community.astype(np.int64)) if return_communities else A
 
 
-def node_classification(n_classes=8, feature_dim=32, signal=0.6, seed=0):
-    """A node-classification task on the bundled graph, for the GNN examples.
+def node_classification(n_classes=8, feature_dim=32, signal=0.6, seed=0, A=None):
+    """A node-classification task for the GNN examples, on the bundled graph or on ``A``.
 
-    Labels: each node's community modulo ``n_classes``; features: a random unit-scale centre
-    per class times ``signal`` plus unit Gaussian noise (too noisy alone, so neighbours help);
-    split: 10% train, 20% validation, 70% test, all seeded.
+    Labels: each node's community modulo ``n_classes`` (the bundled graph's planted communities,
+    or Louvain's communities of ``A`` made symmetric); features: a random unit-scale centre per
+    class times ``signal`` plus unit Gaussian noise (too noisy alone, so neighbours help); split:
+    10% train, 20% validation, 70% test, all seeded.
     Returns (A, features float32 (n, feature_dim), labels int64, train, val, test index arrays).
     """
-    A, community = community_graph(return_communities=True)
+    if A is None:
+        A, community = community_graph(return_communities=True)
+    else:
+        from .reorder import louvain
+
+        A = sp.csr_matrix(A)
+        if A.shape[0] != A.shape[1]:
+            raise ValueError(f"A must be square (a graph), got {A.shape}")
+        pattern = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
+        community = louvain(pattern + pattern.T, seed=seed)
     rng = np.random.default_rng(seed)
-    labels = community % n_classes
+    labels = (community % n_classes).astype(np.int64)
     centres = rng.standard_normal((n_classes, feature_dim))
     features = (signal * centres[labels] + rng.standard_normal((len(labels), feature_dim))).astype(np.float32)
     order = rng.permutation(len(labels))

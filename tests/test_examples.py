@@ -14,3 +14,13 @@ def test_numbasparse_and_torch_models_learn_alike(model):
     ours, _ = gnn.train(model, "numbasparse", "cpu", epochs=30)
     theirs, _ = gnn.train(model, "torch", "cpu", epochs=30)
     assert ours > 0.5 and abs(ours - theirs) < 0.02
+
+
+@pytest.mark.parametrize("kind", ["sage", "gat"])
+def test_pyg_layers_and_numbasparse_layers_learn_alike(kind):
+    pytest.importorskip("torch_geometric")
+    import pyg_layers
+
+    results = pyg_layers.compare(kind=kind, epochs=30)
+    (theirs, _), (ours, _) = results["pyg"], results["numbasparse"]
+    assert ours > 0.5 and abs(ours - theirs) < 0.02
