@@ -63,6 +63,7 @@ class Pattern:
             0, self.entry_of_edge, edge_values)
 
 
+@torch.compiler.disable  # host work on the pattern, run eagerly (a graph break under torch.compile)
 def pattern(edge_index, size):
     """The :class:`Pattern` of ``edge_index`` for ``size`` = (receivers, senders), from the
     patterns kept or new."""
