@@ -8,7 +8,7 @@ from numba import cuda
 
 import numbasparse as ns
 from numbasparse.reference import sddmm_reference, spmm_reference
-from strategies import N_COLS, assert_close, graphs, random_dense
+from strategies import N_COLS, assert_close, graphs, random_dense, spmm_scale
 
 BACKENDS = ["cpu", "cuda"]
 
@@ -32,7 +32,8 @@ def test_spmm_every_algorithm_through_api(A, n, reduce, algorithm, seed):
         with pytest.raises(ValueError, match="supports reduce"):
             ns.spmm(A, B, reduce=reduce, algorithm=algorithm)
         return
-    assert_close(ns.spmm(A, B, reduce=reduce, algorithm=algorithm), spmm_reference(A, B, reduce), np.float32)
+    assert_close(ns.spmm(A, B, reduce=reduce, algorithm=algorithm), spmm_reference(A, B, reduce), np.float32,
+                 spmm_scale(A, B, reduce))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
