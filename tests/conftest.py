@@ -16,8 +16,8 @@ def _gpu_found():
     return result.stdout.strip().endswith("True")
 
 
-# algorithm="tuned" stores schedules on disk: keep the tests' out of the user's cache
-os.environ["NUMBASPARSE_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="numbasparse-tests-"), "tuned.json")
+# compiled kernels and tuned schedules go to disk: keep the tests' out of the user's cache
+os.environ["NUMBASPARSE_CACHE"] = tempfile.mkdtemp(prefix="numbasparse-tests-")
 
 if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _gpu_found():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # must happen before numba is imported

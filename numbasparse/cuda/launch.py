@@ -37,8 +37,133 @@ MAX_ALIGNMENT = 32
 def kernel_factory(factory):
     """Decorator of a compile-once kernel factory: one dispatcher per argument tuple (the
     kernel's compile-time configuration), made on first use and kept for the process (the fast
-    launch needs one compiled signature per dispatcher)."""
-    return functools.lru_cache(maxsize=None)(factory)
+    launch needs one compiled signature per dispatcher).  A kernel it makes keeps what it
+    compiles on disk (:class:`KernelFiles`), so the next process loads instead of compiling."""
+    name = f"{factory.__module__.rsplit('.', 1)[-1]}.{factory.__name__}"
+
+    @functools.lru_cache(maxsize=None)
+    @functools.wraps(factory)
+    def make(*args, **kwargs):
+        made = factory(*args, **kwargs)
+        if _is_kernel(made):
+            made._cache = KernelFiles(name, repr((args, sorted(kwargs.items()))))
+        return made
+
+    return make
+
+
+def _is_kernel(made):
+    """True for a kernel dispatcher on a real GPU (not a device function, not the simulator)."""
+    from numba.cuda import config
+
+    return (not config.ENABLE_CUDASIM and hasattr(made, "_cache") and hasattr(made, "targetoptions")
+            and not made.targetoptions.get("device", False))
+
+
+# Compiled kernels on disk ------------------------------------------------------------------
+
+#: What the kernel files did in this process: loaded, stored (compiled here and written) and
+#: missed (compiled here because no intact file was found).
+kernel_file_counts = {"loaded": 0, "stored": 0, "missed": 0}
+
+
+class KernelFiles:
+    """The on-disk cache of one kernel dispatcher's compiled signatures, in numbasparse's cache
+    directory (:mod:`numbasparse.disk`, ``kernels/``), plugged into Numba's dispatcher as its
+    ``_cache`` (the hook through which ``cache=True`` loads and saves).
+
+    Numba's own ``cache=True`` cannot serve these kernels: its key hashes the pickled closure
+    cells, and a factory's kernel closes over device functions whose pickles carry a per-process
+    UUID, so a new process never finds its entry.  This key names the factory and its arguments
+    instead, with the signature, the GPU's compute capability and CUDA runtime (Numba's
+    ``magic_tuple``), the compiler's versions and a hash of numbasparse's sources; the payload
+    is what Numba's own CUDA cache stores (the kernel's reduced state: PTX and cubin)."""
+
+    def __init__(self, name, config):
+        self.name, self.config = name, config
+
+    def key(self, sig, target_context):
+        from numba.cuda.core import sigutils
+
+        argtypes = sigutils.normalize_signature(sig)[0]
+        return repr((self.name, self.config, tuple(str(t) for t in argtypes),
+                     target_context.codegen().magic_tuple(), _toolchain()))
+
+    def load_overload(self, sig, target_context):
+        """The compiled kernel of ``sig`` from disk, or None (Numba then compiles it)."""
+        from .. import disk
+
+        target_context.refresh()
+        payload = disk.load("kernels", self.name, self.key(sig, target_context))
+        if payload is None:
+            kernel_file_counts["missed"] += 1
+            return None
+        try:
+            import pickle
+
+            from numba.cuda import utils
+            from numba.cuda.core import sigutils
+            from numba.cuda.dispatcher import _Kernel
+
+            with utils.numba_target_override():  # as Numba's own CUDA cache loads
+                kernel = _Kernel._rebuild(**pickle.loads(payload))
+            if tuple(kernel.argument_types) != tuple(sigutils.normalize_signature(sig)[0]):
+                raise ValueError("signature differs")
+        except Exception as exc:  # noqa: BLE001 (an unreadable entry is a miss: compile, then overwrite it)
+            disk.log.debug("ignoring kernel file of %s: %s", self.name, exc)
+            kernel_file_counts["missed"] += 1
+            return None
+        kernel_file_counts["loaded"] += 1
+        return kernel
+
+    def save_overload(self, sig, kernel):
+        """Write the kernel Numba just compiled (and bound: its cubin exists) for ``sig``."""
+        from numba.cuda.serialize import dumps
+
+        from .. import disk
+
+        try:
+            payload = dumps(kernel._reduce_states())
+        except Exception as exc:  # noqa: BLE001 (not serializable: stay in memory only)
+            disk.log.debug("cannot serialize %s: %s", self.name, exc)
+            return
+        if disk.store("kernels", self.name, self.key(sig, kernel.target_context), payload):
+            kernel_file_counts["stored"] += 1
+
+    # The rest of Numba's cache interface
+    cache_path = property(lambda self: None)
+
+    def enable(self):
+        pass
+
+    def disable(self):
+        pass
+
+    def flush(self):
+        pass
+
+
+@functools.lru_cache(maxsize=None)
+def _toolchain():
+    """Versions of what turns a kernel's Python into a cubin, and a hash of numbasparse's
+    sources (any change to the library makes new entries: stale ones are never read)."""
+    import hashlib
+    import importlib.metadata
+    from pathlib import Path
+
+    from numba.cuda.core import config
+
+    versions = []
+    for dist in ("numba", "numba-cuda", "llvmlite", "cuda-bindings"):
+        try:
+            versions.append(f"{dist}={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{dist}=?")
+    sources = hashlib.sha256()
+    package = Path(__file__).resolve().parent.parent
+    for path in sorted(package.rglob("*.py")):
+        sources.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    return (*versions, f"opt={config.OPT}", sources.hexdigest()[:24])
 
 
 # Observing a call ---------------------------------------------------------------------------

@@ -6,18 +6,17 @@ The paper's cost model is a neural network trained on measured kernels; this one
 (no training data needed), which makes its ranking easy to read and to check against an
 exhaustive search (``tune(..., top_k=None)`` times every schedule).
 
-Cache: a JSON file, ``$NUMBASPARSE_CACHE`` or ``$XDG_CACHE_HOME/numbasparse/tuned.json`` (default
-``~/.cache``), keyed by GPU name, graph signature (a hash of indptr and indices), N and dtype.
+Cache: ``tuned.json`` in numbasparse's cache directory (:mod:`numbasparse.disk`), keyed by GPU
+name, graph signature (a hash of indptr and indices), N and dtype.
 """
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ..cuda.tiled import Schedule, SddmmSchedule, schedule_space, sddmm_schedule_space
+from ..disk import cache_dir, write_atomic
 
 WARP = 32
 
@@ -124,10 +123,9 @@ def graph_signature(A):
 
 
 def cache_path():
-    if os.environ.get("NUMBASPARSE_CACHE"):
-        return Path(os.environ["NUMBASPARSE_CACHE"])
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "numbasparse" / "tuned.json"
+    """The tuner's JSON file, or None when the on-disk cache is off."""
+    root = cache_dir()
+    return None if root is None else root / "tuned.json"
 
 
 def cache_key(device_name, signature, n_cols, dtype, op="spmm"):
@@ -136,6 +134,8 @@ def cache_key(device_name, signature, n_cols, dtype, op="spmm"):
 
 def load_cached(key):
     path = cache_path()
+    if path is None:
+        return None
     try:
         entry = json.loads(path.read_text()).get(key)
     except (OSError, ValueError):
@@ -147,15 +147,14 @@ def load_cached(key):
 
 def store(key, schedule, record):
     path = cache_path()
+    if path is None:
+        return
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         doc = {}
     doc[key] = dict(record, schedule=asdict(schedule))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(doc, indent=1).encode())
 
 
 def tune(row_lengths, n_cols, time_schedule, device, *, top_k=8, value_itemsize=4, index_itemsize=4, op="spmm"):

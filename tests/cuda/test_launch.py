@@ -113,3 +113,74 @@ def test_a_bound_launch_holds_its_fixed_arguments(driver, monkeypatch):
     idx = view((5,), 4096, "<i4")
     bound = launch.bind(kernel, 1, 32, (idx, view((4, 3), 8192), view((4, 3), 16384), 9, 1.0), variable=(1, 2))
     assert bound.fixed[0] is idx and len(bound.fixed) == 3
+
+
+class _TargetContext:
+    """What KernelFiles asks of Numba's target context, without a GPU."""
+
+    def refresh(self):
+        pass
+
+    def codegen(self):
+        return type("Codegen", (), {"magic_tuple": lambda self: ((12, 8), (9, 0))})()
+
+
+def test_kernel_file_that_does_not_unpickle_is_compiled_again(tmp_path, monkeypatch):
+    import numba
+
+    from numbasparse import disk
+
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path))
+    files, sig, context = launch.KernelFiles("test.kernel", "(1, 'float32')"), (numba.float32[::1],), _TargetContext()
+    before = dict(launch.kernel_file_counts)
+    assert files.load_overload(sig, context) is None  # no file yet
+    assert disk.store("kernels", files.name, files.key(sig, context), b"not a pickle")
+    assert files.load_overload(sig, context) is None  # a foreign payload under the right key
+    assert launch.kernel_file_counts["missed"] == before["missed"] + 2
+    assert launch.kernel_file_counts["loaded"] == before["loaded"]
+
+
+def test_kernel_file_key_names_factory_configuration_signature_and_device():
+    import numba
+
+    files, other, context = launch.KernelFiles("hp.k", "(1,)"), launch.KernelFiles("hp.k", "(2,)"), _TargetContext()
+    f32, f64 = (numba.float32[::1],), (numba.float64[::1],)
+    key = files.key(f32, context)
+    assert "hp.k" in key and "(1,)" in key and "(9, 0)" in key and "numba-cuda=" in key
+    assert key != other.key(f32, context) != files.key(f64, context)
+
+
+@pytest.mark.gpu
+def test_a_new_process_loads_the_kernels_the_last_one_compiled(tmp_path):
+    """Kernel files across processes: the first compiles and stores, the second loads every
+    kernel (compiles none) and gets the same results; after the files are damaged, the third
+    compiles again and rewrites them."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = """if True:
+        import json, numpy as np, scipy.sparse as sp, numbasparse as ns
+        from numbasparse.cuda import launch
+        A = sp.random(300, 200, density=0.05, format="csr", random_state=1, dtype=np.float32)
+        B = np.random.default_rng(2).standard_normal((200, 64)).astype(np.float32)
+        X = np.random.default_rng(3).standard_normal((300, 64)).astype(np.float32)
+        csr = ns.CSR.from_scipy(A)
+        out = [float(ns.spmm(csr, B).sum()), float(ns.spmm(csr, B, reduce="max").sum()), float(ns.sddmm(csr, X, B).sum())]
+        print(json.dumps(dict(launch.kernel_file_counts, out=out)))
+    """
+    env = dict(os.environ, NUMBASPARSE_CACHE=str(tmp_path))
+
+    def run():
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["stored"] >= 3 and first["loaded"] == 0
+    assert second["loaded"] == first["stored"] and second["stored"] == second["missed"] == 0
+    assert second["out"] == first["out"]
+    for path in (tmp_path / "kernels").iterdir():
+        path.write_bytes(path.read_bytes()[:-100])
+    third = run()
+    assert third["loaded"] == 0 and third["stored"] == first["stored"] and third["out"] == first["out"]

@@ -37,7 +37,7 @@ def test_tune_times_the_top_k_and_keeps_the_fastest():
 
 
 def test_cache_round_trip(tmp_path, monkeypatch):
-    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path / "t.json"))
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path))
     key = tuner.cache_key("H100", "abc", 64, np.float32)
     assert tuner.load_cached(key) is None
     schedule = Schedule(4, 32, 2, 64, True)
@@ -61,7 +61,7 @@ def test_sddmm_schedules_rank_and_cache(tmp_path, monkeypatch):
     assert ranked and all(isinstance(s, SddmmSchedule) and s.valid() for s in ranked)
     # K = 8: lanes past K would idle, so small groups rank above a full warp per entry
     assert ranked[0].group < 32
-    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path / "t.json"))
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path))
     key = tuner.cache_key("H100", "abc", 8, np.float32, op="sddmm")
     tuner.store(key, ranked[0], {})
     assert tuner.load_cached(key) == ranked[0]
@@ -73,7 +73,7 @@ def test_schedule_is_tuned_once_then_taken_from_memory_and_disk(tmp_path, monkey
     from numbasparse import CSR
     from numbasparse.cuda import device
 
-    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path / "t.json"))
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path))
     A = sp.random(40, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
     first_csr, dev = CSR.from_scipy(A), CSR.from_scipy(A)  # (made on the simulator, before it is hidden)
     monkeypatch.setattr(device, "simulator_enabled", lambda: False)

@@ -1,0 +1,86 @@
+"""Ahead-of-time compilation: the common kernel configurations compiled into the on-disk cache.
+
+``numbasparse.precompile()`` or ``python -m numbasparse compile [--dtypes ...] [--n ...]``, once per
+image or CI cache, on a machine with the GPU (or at least the compute capability) the kernels will
+run on: every later process loads these kernels instead of compiling them (:mod:`numbasparse.disk`).
+
+Which kernel ``auto`` runs depends on N, the dtypes and the graph (row lengths, hub rows, density),
+so the configurations are reached the way a user reaches them: by calling the public functions on
+three small synthetic graphs whose shapes lead ``auto`` to each of its kernel variants: short rows
+(HP, one launch), power-law rows with hubs (HP with deeper gathers and the two-launch mode), dense
+rows (column slab, N >= 64).
+"""
+import sys
+import time
+
+import numpy as np
+
+#: What ``precompile()`` covers by default: the widths and dtypes of most GNN layers.
+DEFAULT_DTYPES = ("float32",)
+DEFAULT_N = (32, 64, 128, 256)
+DEFAULT_INDEX_DTYPES = ("int32",)
+REDUCTIONS = ("sum", "mean", "max", "min")
+
+
+def _graphs():
+    """Small graphs that reach every variant ``auto`` picks among (see the module docstring)."""
+    import scipy.sparse as sp
+
+    from . import graphs
+
+    rng = np.random.default_rng(0)
+    short = sp.random(4096, 4096, density=4 / 4096, format="csr", random_state=rng)
+    hubs = graphs.rmat(13, 16)
+    dense = sp.random(2048, 2048, density=0.04, format="csr", random_state=rng)
+    return {"short rows": short, "power-law rows": hubs, "dense rows": dense}
+
+
+def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DTYPES, progress=True):
+    """Compile (or find on disk) every kernel that ``spmm`` (sum, mean, max, min), ``sddmm`` and
+    ``graph_attention`` with their defaults run for ``dtypes`` x ``n`` x ``index_dtypes``, and store it in the
+    on-disk cache.  Needs a GPU.  Returns {"loaded", "stored", "missed", "seconds"}: kernels
+    found on disk, compiled and stored, and compiled without an intact file to replace."""
+    from numba import cuda
+
+    from . import api, csr
+    from .cuda import launch
+    from .cuda.device import gpu_present, simulator_enabled
+    from .disk import cache_dir
+
+    if simulator_enabled() or not gpu_present():
+        raise RuntimeError("precompile needs a CUDA GPU (the simulator compiles nothing to keep); none was found")
+    if cache_dir() is None:
+        raise ValueError("the on-disk cache is off (NUMBASPARSE_CACHE=off): nothing would be kept")
+    dtypes = [np.dtype(d) for d in dtypes]
+    index_dtypes = [np.dtype(d) for d in index_dtypes]
+    n = [int(k) for k in n]
+    if not n or min(n) < 1:
+        raise ValueError(f"n must be column counts of at least 1, got {n}")
+    graphs = _graphs()
+    steps = [(d, i, k, name) for d in dtypes for i in index_dtypes for k in n for name in graphs]
+    before = dict(launch.kernel_file_counts)
+    start = time.perf_counter()
+    rng = np.random.default_rng(1)
+    for done, (dtype, index_dtype, k, name) in enumerate(steps, 1):
+        if progress:
+            _bar(done - 1, len(steps), f"{dtype.name}/{index_dtype.name} N={k} {name}")
+        A = csr.CSR.from_scipy(graphs[name], dtype=dtype, index_dtype=index_dtype)
+        B = cuda.to_device(rng.standard_normal((A.shape[1], k)).astype(dtype))
+        X = cuda.to_device(rng.standard_normal((A.shape[0], k)).astype(dtype))
+        for reduce in REDUCTIONS:
+            api.spmm(A, B, reduce=reduce)
+        api.sddmm(A, X, B)
+        if A.shape[0] == A.shape[1]:
+            api.graph_attention(A, X, X, X)  # the fused attention kernel (and its softmax)
+    cuda.synchronize()
+    if progress:
+        _bar(len(steps), len(steps), "done")
+        sys.stderr.write("\n")
+    counts = {key: launch.kernel_file_counts[key] - before[key] for key in before}
+    return dict(counts, seconds=round(time.perf_counter() - start, 1))
+
+
+def _bar(done, total, what, width=30):
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<40}")
+    sys.stderr.flush()
