@@ -6,7 +6,7 @@ for the sparse one) -> :func:`numbasparse.dispatch.resolve` (which kernel) -> th
 launcher (plan from the matrix's cache, then :mod:`numbasparse.cuda.launch`).
 """
 import numpy as np
-import scipy.sparse as sp
+from ._compat import scipy_sparse as sp
 
 from . import arrays, dispatch, replay
 from .csr import CSR, canonical_csr, is_canonical, sparse_operand

@@ -1,6 +1,6 @@
 """Canonical CSR: the one conversion from user input, and the device-resident ``CSR``."""
 import numpy as np
-import scipy.sparse as sp
+from ._compat import scipy_sparse as sp
 
 from . import arrays
 from .cache import MatrixCache

@@ -15,7 +15,7 @@ Operands on a GPU are copied to the host: numbasparse's plans are built from a h
 pattern (a graph built on the GPU without that copy is future work).
 """
 import numpy as np
-import scipy.sparse as sp
+from ._compat import scipy_sparse as sp
 
 
 def from_edge_index(edge_index, edge_weight=None, num_nodes=None, *, name="edge_index"):

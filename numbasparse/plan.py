@@ -2,7 +2,7 @@
 import time
 
 import numpy as np
-import scipy.sparse as sp
+from ._compat import scipy_sparse as sp
 
 from . import api, arrays, dispatch
 from .cuda.device import gpu_present

@@ -14,7 +14,7 @@ only ``indices[:indptr[-1]]`` is range-checked.  Unlike ``check_format``, a non-
 is an error even when ``indptr[-1] == 0``, and non-integer index arrays are an error (scipy warns).
 """
 import numpy as np
-import scipy.sparse as sp
+from ._compat import scipy_sparse as sp
 
 __all__ = ["check_sparse", "check_csr_arrays"]
 

@@ -39,3 +39,18 @@ def test_a_kernel_compiles_for_sm_90_after_import_whatever_the_numpy():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     result = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, env=env, timeout=300)
     assert result.stdout.strip() == "entry", result.stderr
+
+
+def test_import_loads_no_optional_framework_nor_scipy_sparse_and_creates_no_cuda_context():
+    probe = ("import sys, numbasparse; from numba.cuda.cudadrv import driver; "
+             "print([m for m in ('torch', 'cupy', 'networkx', 'torch_geometric', 'scipy.sparse') if m in sys.modules], "
+             "driver.driver.pid is None)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          env={k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"})
+    assert done.stdout.split() == ["[]", "True"], done.stdout  # nothing loaded, cuInit not called
+
+
+def test_lazy_module_imports_on_first_use_and_keeps_what_it_found():
+    lazy = _compat.LazyModule("json")
+    assert "dumps" not in vars(lazy)
+    assert lazy.dumps([1]) == "[1]" and "dumps" in vars(lazy)
