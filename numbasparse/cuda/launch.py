@@ -19,6 +19,7 @@ hook through which :mod:`numbasparse.replay` observes what a call issued.
 """
 import contextlib
 import functools
+import sys
 import threading
 import weakref
 
@@ -46,10 +47,24 @@ def kernel_factory(factory):
     def make(*args, **kwargs):
         made = factory(*args, **kwargs)
         if _is_kernel(made):
-            made._cache = KernelFiles(name, repr((args, sorted(kwargs.items()))))
+            constants = _module_constants(sys.modules[factory.__module__])
+            made._cache = KernelFiles(name, repr((args, sorted(kwargs.items()), constants)))
         return made
 
     return make
+
+
+def _module_constants(module):
+    """A hash of a module's plain constants (numbers, strings, tuples, dataclass instances): its
+    kernels read them as compile-time constants, so a kernel file made with other values (a test
+    or a tool that changed one) must not be loaded."""
+    import dataclasses
+    import hashlib
+
+    plain = (bool, int, float, str, tuple)
+    items = [f"{name}={value!r}" for name, value in sorted(vars(module).items()) if not name.startswith("__")
+             and (isinstance(value, plain) or dataclasses.is_dataclass(value) and not isinstance(value, type))]
+    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
 
 
 def _is_kernel(made):

@@ -184,3 +184,12 @@ def test_a_new_process_loads_the_kernels_the_last_one_compiled(tmp_path):
         path.write_bytes(path.read_bytes()[:-100])
     third = run()
     assert third["loaded"] == 0 and third["stored"] == first["stored"] and third["out"] == first["out"]
+
+
+def test_kernel_file_key_follows_the_family_module_constants(monkeypatch):
+    """A test or tool that changes a module constant a kernel compiles in gets its own kernel files."""
+    from numbasparse.cuda import hc
+
+    before = launch._module_constants(hc)
+    monkeypatch.setattr(hc, "FUSED_K", hc.FUSED_K // 2)
+    assert launch._module_constants(hc) != before
