@@ -1,0 +1,274 @@
+"""SpMM and SDDMM over the ranks of a ``torch.distributed`` process group, with autograd.
+
+``import numbasparse.distributed as nsd``.  The graph's nodes are partitioned over the ranks
+(:func:`partition`: contiguous row blocks balanced by nonzeros, or Louvain communities packed onto
+ranks to cut the halo); each rank owns the rows of A and of the node features of its nodes.  Row i
+of ``A @ X`` needs ``X[j]`` for every stored ``a_ij``: the owned rows are local, the others (the
+rank's *halo*) belong to other ranks.  A :class:`DistGraph` holds a rank's rows of A with its
+columns renumbered as [owned nodes, then halo nodes grouped by owner] and the exchange plan: which
+of its owned rows each other rank needs, agreed once with ``all_to_all`` when it is built.
+:func:`halo_exchange` then sends only those rows (one ``all_to_all_single``); its backward sends
+the halo's gradients back to their owners, which add them.  The local products are
+:mod:`numbasparse.torch`'s, so they differentiate in the features and the edge values, on the CPU
+backend (gloo ranks, CPU tensors) or on the GPU kernels (NCCL ranks, one GPU each).
+
+Every rank builds the DistGraph from the same whole graph (as PyG's and DGL's full-graph
+trainers load it); the ranks check that they agree (same graph and partition) before any exchange,
+so a mismatch is a ValueError on every rank, not a hang.  Parameters stay replicated: average or
+sum their gradients as usual (``DistributedDataParallel`` or ``all_reduce``).
+"""
+import hashlib
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from . import torch as nst
+from ._compat import scipy_sparse as sp
+from .csr import canonical_csr
+
+METHODS = ("contiguous", "louvain")
+
+
+@dataclass(frozen=True, eq=False)
+class Partition:
+    """Which rank owns each node: ``owner[i]`` in ``range(n_parts)``."""
+
+    owner: np.ndarray
+    n_parts: int
+
+    def nodes(self, rank):
+        """The nodes ``rank`` owns, ascending."""
+        return np.flatnonzero(self.owner == rank)
+
+    def fingerprint(self):
+        return hashlib.sha256(self.n_parts.to_bytes(8, "little") + self.owner.astype(np.int64).tobytes()).digest()
+
+
+def partition(A, n_parts, method="contiguous", *, seed=0):
+    """Partition the nodes of the square sparse matrix ``A`` over ``n_parts`` ranks.
+
+    ``"contiguous"``: rows ``[b_k, b_{k+1})`` to rank k, the boundaries balancing nonzeros plus one
+    per row.  ``"louvain"``: the communities of :func:`numbasparse.reorder.louvain` (on the
+    symmetrised pattern, ``seed``) packed onto ranks largest first, each onto the least loaded
+    rank (same load measure): edges inside a community never cross ranks, so the halo is smaller;
+    the balance is as good as the communities' sizes allow."""
+    A = _square(A)
+    if isinstance(n_parts, bool) or not isinstance(n_parts, (int, np.integer)) or n_parts < 1:
+        raise ValueError(f"n_parts must be a positive integer, got {n_parts!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    load = np.diff(A.indptr).astype(np.float64) + 1.0
+    if method == "contiguous":
+        cumulative = np.cumsum(load)
+        targets = cumulative[-1] * np.arange(1, n_parts) / n_parts if len(load) else np.zeros(n_parts - 1)
+        bounds = np.concatenate([[0], np.searchsorted(cumulative, targets, side="right"), [A.shape[0]]])
+        owner = np.repeat(np.arange(n_parts, dtype=np.int32), np.diff(bounds))
+    else:
+        from .reorder import louvain
+
+        labels = louvain(A, seed=seed) if A.nnz else np.arange(A.shape[0])
+        sizes = np.bincount(labels, weights=load)
+        ranks = [(0.0, r) for r in range(n_parts)]
+        rank_of = np.empty(len(sizes), dtype=np.int32)
+        for community in np.argsort(-sizes, kind="stable"):
+            used, r = heapq.heappop(ranks)
+            rank_of[community] = r
+            heapq.heappush(ranks, (used + sizes[community], r))
+        owner = rank_of[labels]
+    return Partition(owner.astype(np.int32), int(n_parts))
+
+
+_make_partition = partition  # (DistGraph's argument of that name hides the function)
+
+
+def _square(A):
+    A = canonical_csr(A, dtype=np.float64)
+    if A.shape[0] != A.shape[1]:
+        raise ValueError(f"A must be square (its rows and columns are the same nodes), got {A.shape[0]}x{A.shape[1]}")
+    return A
+
+
+class DistGraph:
+    """This rank's rows of a node-partitioned graph, and its halo exchange plan.
+
+    ``DistGraph(A, partition=None, method="contiguous", group=None, device="cpu",
+    dtype=torch.float32)``, called by every rank of ``group`` (default: the world) with the same
+    ``A`` and partition (``partition=None``: :func:`partition` with ``method``).
+
+    nodes: the global ids of the owned nodes (ascending); ``n_owned``, ``n_halo``.
+    graph: a :class:`numbasparse.torch.Graph` of shape (n_owned, n_owned + n_halo).
+    values: the local entries' values (a tensor, in ``graph``'s entry order);
+    ``edges()``: their global (row, column) ids.
+    """
+
+    def __init__(self, A, *, partition=None, method="contiguous", group=None, device="cpu", dtype=torch.float32):
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("numbasparse.distributed needs an initialised process group: call "
+                               "torch.distributed.init_process_group first (torchrun sets up its environment)")
+        self.group = group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        self.device = torch.device(device)
+        # gloo exchanges CPU tensors; NCCL exchanges CUDA tensors on this rank's GPU
+        self._comm_device = torch.device("cpu") if dist.get_backend(group) == "gloo" else self.device
+        A = _square(A)
+        part = _make_partition(A, self.world, method) if partition is None else partition
+        if not isinstance(part, Partition):
+            raise TypeError(f"partition must be a numbasparse.distributed.Partition, got {type(part).__name__}")
+        if part.n_parts != self.world or part.owner.shape != (A.shape[0],):
+            raise ValueError(f"partition is for {part.n_parts} ranks and {part.owner.shape[0]} nodes; the group has "
+                             f"{self.world} ranks and A {A.shape[0]} nodes")
+        self._agree(A, part)
+        self.partition = part
+        self.nodes = part.nodes(self.rank)
+        self.n_owned = len(self.nodes)
+        self.shape = A.shape
+
+        # This rank's rows; columns renumbered: owned nodes first, then the halo by (owner, id).
+        rows = A[self.nodes]
+        cols = rows.indices
+        local_of = np.full(A.shape[0], -1, dtype=np.int64)
+        local_of[self.nodes] = np.arange(self.n_owned)
+        halo = np.unique(cols[part.owner[cols] != self.rank])
+        halo = halo[np.argsort(part.owner[halo], kind="stable")]
+        self.halo = halo
+        self.n_halo = len(halo)
+        local_of[halo] = self.n_owned + np.arange(self.n_halo)
+        local = sp.csr_matrix((rows.data, local_of[cols], rows.indptr), shape=(self.n_owned, self.n_owned + self.n_halo))
+        self.graph = nst.Graph(local, device=self.device, dtype=dtype)
+        self.values = self.graph.values
+        self._global_cols = np.concatenate([self.nodes, halo])
+
+        # The plan: I receive my halo from its owners; each rank tells each owner which rows.
+        self._recv_counts = np.bincount(part.owner[halo], minlength=self.world).astype(np.int64)
+        self._send_counts = self._all_to_all_counts(self._recv_counts)
+        requested = self._all_to_all_rows(torch.as_tensor(halo, dtype=torch.int64), self._recv_counts,
+                                           self._send_counts).cpu().numpy()
+        send_local = local_of[requested]
+        if len(send_local) and (send_local.min() < 0 or send_local.max() >= self.n_owned):
+            raise RuntimeError("internal error: a rank asked for rows this rank does not own")
+        self._send_index = torch.as_tensor(send_local, dtype=torch.int64, device=self.device)
+        self._recv_index = None
+
+    # -- agreement and plan ------------------------------------------------------------------
+
+    def _agree(self, A, part):
+        """Every rank must hold the same graph and partition: compare fingerprints (all_gather)."""
+        h = hashlib.sha256()
+        for array in (np.asarray(A.shape), A.indptr.astype(np.int64), A.indices.astype(np.int64), A.data):
+            h.update(np.ascontiguousarray(array).tobytes())
+        h.update(part.fingerprint())
+        mine = torch.frombuffer(bytearray(h.digest()), dtype=torch.uint8).to(self._comm_device)
+        everyone = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(everyone, mine, group=self.group)
+        differ = [r for r, f in enumerate(everyone) if not torch.equal(f, everyone[0])]
+        if differ:
+            raise ValueError(f"A or the partition differ across ranks (ranks {differ} differ from rank 0): every rank "
+                             f"must pass the same graph and partition")
+
+    def _all_to_all_counts(self, counts):
+        out = torch.empty(self.world, dtype=torch.int64, device=self._comm_device)
+        dist.all_to_all_single(out, torch.as_tensor(counts, device=self._comm_device), group=self.group)
+        return out.cpu().numpy()
+
+    def _all_to_all_rows(self, send, send_counts, recv_counts):
+        """Rows of ``send`` (grouped by destination, ``send_counts`` each) exchanged: the rows this
+        rank receives, grouped by source (``recv_counts`` each), on ``send``'s device."""
+        device = send.device
+        send = send.to(self._comm_device).contiguous()
+        out = torch.empty((int(recv_counts.sum()), *send.shape[1:]), dtype=send.dtype, device=self._comm_device)
+        dist.all_to_all_single(out, send, output_split_sizes=recv_counts.tolist(),
+                               input_split_sizes=send_counts.tolist(), group=self.group)
+        return out.to(device)
+
+    # -- features -----------------------------------------------------------------------------
+
+    def local(self, X):
+        """This rank's rows of the whole-graph node features ``X`` (a tensor or an array)."""
+        index = torch.as_tensor(self.nodes, device=X.device) if isinstance(X, torch.Tensor) else self.nodes
+        return X[index]
+
+    def gather(self, X_local):
+        """The whole-graph node features (original node order), on every rank, from each rank's
+        ``X_local`` rows (for evaluation; training needs no gather)."""
+        self._check_rows(X_local, "X_local")
+        counts = np.bincount(self.partition.owner, minlength=self.world)
+        padded = torch.zeros((int(counts.max()), *X_local.shape[1:]), dtype=X_local.dtype, device=self._comm_device)
+        padded[:self.n_owned] = X_local.detach().to(self._comm_device)
+        parts = [torch.empty_like(padded) for _ in range(self.world)]
+        dist.all_gather(parts, padded, group=self.group)
+        out = torch.empty((self.shape[0], *X_local.shape[1:]), dtype=X_local.dtype, device=self._comm_device)
+        for r, part in enumerate(parts):
+            out[torch.as_tensor(self.partition.nodes(r), device=self._comm_device)] = part[:counts[r]]
+        return out.to(X_local.device)
+
+    def edges(self):
+        """Global (row, column) ids of the local entries, in ``graph``'s entry order."""
+        pattern = self.graph._patterns[False]
+        rows = np.repeat(self.nodes, np.diff(pattern.indptr))
+        return rows, self._global_cols[pattern.indices]
+
+    def halo_rows_per_rank(self):
+        """Rows this rank receives from each rank in one exchange."""
+        return self._recv_counts.copy()
+
+    def _check_rows(self, X, name):
+        if not isinstance(X, torch.Tensor):
+            raise TypeError(f"{name} must be a torch tensor, got {type(X).__name__}")
+        if X.dim() < 1 or X.shape[0] != self.n_owned:
+            raise ValueError(f"{name} must hold this rank's {self.n_owned} rows (DistGraph.nodes), got shape "
+                             f"{tuple(X.shape)}")
+
+
+class _HaloExchange(torch.autograd.Function):
+    """X (owned rows) -> [X; halo rows from their owners]; backward: halo gradients back to their
+    owners, added to the owned rows' gradients."""
+
+    @staticmethod
+    def forward(ctx, X, dg):
+        ctx.dg = dg
+        halo = dg._all_to_all_rows(X[dg._send_index], dg._send_counts, dg._recv_counts)
+        return torch.cat([X, halo])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        dg = ctx.dg
+        back = dg._all_to_all_rows(grad[dg.n_owned:], dg._recv_counts, dg._send_counts)
+        return grad[:dg.n_owned].clone().index_add_(0, dg._send_index, back), None
+
+
+def halo_exchange(dg, X):
+    """``[X; halo]``: this rank's feature rows ``X`` followed by the rows of its halo nodes, fetched
+    from their owners (differentiable: the backward returns the halo's gradients to them)."""
+    dg._check_rows(X, "X")
+    return _HaloExchange.apply(X, dg)
+
+
+def spmm(dg, X, values=None, *, reduce="sum"):
+    """This rank's rows of ``A @ X`` (or of the row mean, max or min: ``reduce`` as in
+    :func:`numbasparse.torch.spmm`), from this rank's rows ``X`` of the features; differentiable
+    in X and in ``values`` (default ``dg.values``)."""
+    return nst.spmm(dg.graph, halo_exchange(dg, X), values, reduce=reduce)
+
+
+def sddmm(dg, X, Y, values=None):
+    """``values ⊙ <X_i, Y_j>`` for this rank's entries (``dg.edges()`` order), from this rank's rows
+    of X and Y; differentiable in X, Y and ``values``."""
+    dg._check_rows(X, "X")
+    return nst.sddmm(dg.graph, X, halo_exchange(dg, Y), values)
+
+
+def halo_volume(A, part, itemsize=4, n_cols=1):
+    """Per rank: (owned rows, halo rows, bytes received per exchange of ``n_cols`` columns of
+    ``itemsize`` bytes), computed from the whole graph and partition without any process group."""
+    A = _square(A)
+    out = []
+    row_owner = np.repeat(part.owner, np.diff(A.indptr))
+    for r in range(part.n_parts):
+        cols = A.indices[row_owner == r]
+        halo = np.unique(cols[part.owner[cols] != r])
+        out.append((int((part.owner == r).sum()), len(halo), len(halo) * itemsize * n_cols))
+    return out

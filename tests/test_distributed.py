@@ -1,0 +1,137 @@
+"""numbasparse.distributed on gloo process groups (CPU backend): the same results and gradients as
+one process, on the bundled graph and a power-law graph, with 2 and 4 ranks."""
+import os
+import socket
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+import numbasparse as ns  # noqa: E402
+import numbasparse.distributed as nsd  # noqa: E402
+import numbasparse.torch as nst  # noqa: E402
+from numbasparse import graphs  # noqa: E402
+
+
+def _graph(name):
+    return graphs.default_graph() if name == "bundled" else graphs.powerlaw(1500, seed=3)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank, world, port, check, args):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        check(rank, world, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(world, check, *args):
+    torch.multiprocessing.spawn(_rank_main, args=(world, _free_port(), check, args), nprocs=world, join=True)
+
+
+def _close(got, expected):
+    got = got.detach().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+    expected = np.asarray(expected)
+    scale = max(np.linalg.norm(expected), 1e-300)
+    assert got.shape == expected.shape and np.linalg.norm(got - expected) / scale < 1e-12
+
+
+def _check_against_one_process(rank, world, graph, method):
+    A = _graph(graph)
+    dg = nsd.DistGraph(A, method=method, dtype=torch.float64)
+    assert nsd.halo_volume(A, dg.partition)[rank][:2] == (dg.n_owned, dg.n_halo)
+    rng = np.random.default_rng(0)  # the same features on every rank
+    X, Y = rng.standard_normal((A.shape[0], 12)), rng.standard_normal((A.shape[0], 12))
+    for reduce in ("sum", "mean", "max", "min"):
+        _close(nsd.spmm(dg, dg.local(torch.tensor(X)), reduce=reduce), ns.spmm(A, X, reduce=reduce)[dg.nodes])
+    rows, cols = dg.edges()
+    full = ns.sddmm(A, X, Y)
+    _close(nsd.sddmm(dg, dg.local(torch.tensor(X)), dg.local(torch.tensor(Y))), np.asarray(full[rows, cols]).ravel())
+    _close(dg.gather(dg.local(torch.tensor(X))), X)
+
+    # A GCN layer, forward and backward, against numbasparse.torch on the whole graph; and max
+    W0 = rng.standard_normal((12, 5))
+    g = nst.Graph(A, dtype=torch.float64)
+    for reduce in ("sum", "max"):
+        W, x = torch.tensor(W0, requires_grad=True), dg.local(torch.tensor(X)).requires_grad_()
+        values = dg.values.clone().requires_grad_()
+        H = torch.relu(nsd.spmm(dg, x @ W, values, reduce=reduce))
+        (H ** 2).sum().backward()
+        dist.all_reduce(W.grad)  # the replicated parameter's gradient: the sum over ranks
+        Wr, xr = torch.tensor(W0, requires_grad=True), torch.tensor(X, requires_grad=True)
+        vr = g.values.clone().requires_grad_()
+        Hr = torch.relu(nst.spmm(g, xr @ Wr, vr, reduce=reduce))
+        (Hr ** 2).sum().backward()
+        _close(H, Hr.detach().numpy()[dg.nodes])
+        _close(W.grad, Wr.grad.numpy())
+        _close(x.grad, xr.grad.numpy()[dg.nodes])
+        position = {(i, j): e for e, (i, j) in enumerate(zip(*nst_edges(g)))}
+        _close(values.grad, vr.grad.numpy()[[position[e] for e in zip(rows, cols)]])
+
+
+def nst_edges(g):
+    pattern = g._patterns[False]
+    return np.repeat(np.arange(g.shape[0]), np.diff(pattern.indptr)), pattern.indices
+
+
+@pytest.mark.parametrize("world, graph, method", [(1, "bundled", "contiguous"), (2, "bundled", "contiguous"),
+                                                  (2, "power-law", "louvain"), (4, "power-law", "contiguous"),
+                                                  (4, "bundled", "louvain")])
+def test_ranks_compute_what_one_process_computes(world, graph, method):
+    _spawn(world, _check_against_one_process, graph, method)
+
+
+def _check_mismatch_is_refused(rank, world):
+    A = graphs.powerlaw(300, seed=1).tolil()
+    if rank == 1:
+        A[0, 5] = 7.0  # this rank holds another graph
+    with pytest.raises(ValueError, match="differ across ranks"):
+        nsd.DistGraph(A.tocsr())
+    dg = nsd.DistGraph(graphs.powerlaw(300, seed=1))
+    with pytest.raises(ValueError, match="rows"):
+        nsd.spmm(dg, torch.zeros(dg.n_owned + 1, 3, dtype=torch.float32))
+    with pytest.raises(ValueError, match="ranks"):
+        nsd.DistGraph(graphs.powerlaw(300, seed=1), partition=nsd.partition(graphs.powerlaw(300, seed=1), world + 1))
+
+
+def test_different_graphs_on_different_ranks_are_an_error_on_every_rank():
+    _spawn(2, _check_mismatch_is_refused)
+
+
+def test_without_a_process_group_building_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        nsd.DistGraph(graphs.powerlaw(100))
+
+
+def test_partitions_cover_every_node_and_balance_nonzeros():
+    A = graphs.powerlaw(2000, seed=2)
+    for method in nsd.METHODS:
+        part = nsd.partition(A, 4, method)
+        assert part.owner.shape == (2000,) and set(np.unique(part.owner)) <= {0, 1, 2, 3}
+    loads = np.bincount(nsd.partition(A, 4).owner, weights=np.diff(A.indptr) + 1.0)
+    assert loads.max() < 1.1 * loads.mean()
+    volumes = {m: sum(v[1] for v in nsd.halo_volume(A, nsd.partition(A, 4, m))) for m in nsd.METHODS}
+    assert volumes["louvain"] < volumes["contiguous"]
+
+
+@pytest.mark.parametrize("bad, error", [(dict(n_parts=0), ValueError), (dict(n_parts=2.5), ValueError),
+                                        (dict(n_parts=2, method="metis"), ValueError)])
+def test_partition_arguments_are_checked(bad, error):
+    with pytest.raises(error):
+        nsd.partition(graphs.powerlaw(50), **bad)
+
+
+def test_non_square_graph_is_refused():
+    import scipy.sparse as sp
+
+    with pytest.raises(ValueError, match="square"):
+        nsd.partition(sp.random(10, 12, density=0.3, format="csr"), 2)
