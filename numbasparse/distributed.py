@@ -53,8 +53,8 @@ def partition(A, n_parts, method="contiguous", *, seed=0):
     ``"contiguous"``: rows ``[b_k, b_{k+1})`` to rank k, the boundaries balancing nonzeros plus one
     per row.  ``"louvain"``: the communities of :func:`numbasparse.reorder.louvain` (on the
     symmetrised pattern, ``seed``) packed onto ranks largest first, each onto the least loaded
-    rank (same load measure): edges inside a community never cross ranks, so the halo is smaller;
-    the balance is as good as the communities' sizes allow."""
+    rank (same load measure), a community heavier than a rank's share cut into share-sized runs
+    first: edges inside a community (or a run) never cross ranks, so the halo is smaller."""
     A = _square(A)
     if isinstance(n_parts, bool) or not isinstance(n_parts, (int, np.integer)) or n_parts < 1:
         raise ValueError(f"n_parts must be a positive integer, got {n_parts!r}")
@@ -70,15 +70,32 @@ def partition(A, n_parts, method="contiguous", *, seed=0):
         from .reorder import louvain
 
         labels = louvain(A, seed=seed) if A.nnz else np.arange(A.shape[0])
-        sizes = np.bincount(labels, weights=load)
-        ranks = [(0.0, r) for r in range(n_parts)]
-        rank_of = np.empty(len(sizes), dtype=np.int32)
-        for community in np.argsort(-sizes, kind="stable"):
-            used, r = heapq.heappop(ranks)
-            rank_of[community] = r
-            heapq.heappush(ranks, (used + sizes[community], r))
-        owner = rank_of[labels]
+        owner = _pack(labels, load, n_parts)
     return Partition(owner.astype(np.int32), int(n_parts))
+
+
+def _pack(labels, load, n_parts):
+    """Communities onto ranks, largest first, each onto the least loaded rank (LPT).  A community
+    heavier than a rank's share is first cut into share-sized runs of its nodes (by id), so one
+    giant community cannot leave the other ranks idle."""
+    share = load.sum() / n_parts
+    nodes_by_label = np.argsort(labels, kind="stable")
+    ends = np.cumsum(np.bincount(labels))
+    pieces = []  # (load, nodes)
+    for nodes in np.split(nodes_by_label, ends[:-1]):
+        weight = load[nodes].sum()
+        if weight > share and len(nodes) > 1:
+            cut = np.searchsorted(np.cumsum(load[nodes]), share * np.arange(1, int(np.ceil(weight / share))), "right")
+            pieces += [(load[p].sum(), p) for p in np.split(nodes, cut) if len(p)]
+        elif len(nodes):
+            pieces.append((weight, nodes))
+    owner = np.empty(len(load), dtype=np.int32)
+    ranks = [(0.0, r) for r in range(n_parts)]
+    for index in sorted(range(len(pieces)), key=lambda i: -pieces[i][0]):  # (stable: ties by label)
+        used, r = heapq.heappop(ranks)
+        owner[pieces[index][1]] = r
+        heapq.heappush(ranks, (used + pieces[index][0], r))
+    return owner
 
 
 _make_partition = partition  # (DistGraph's argument of that name hides the function)

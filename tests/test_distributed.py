@@ -25,24 +25,24 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _rank_main(rank, world, port, check, args):
+def _rank_main(rank, world, port, backend, check, args):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group(backend, rank=rank, world_size=world)
     try:
         check(rank, world, *args)
     finally:
         dist.destroy_process_group()
 
 
-def _spawn(world, check, *args):
-    torch.multiprocessing.spawn(_rank_main, args=(world, _free_port(), check, args), nprocs=world, join=True)
+def _spawn(world, check, *args, backend="gloo"):
+    torch.multiprocessing.spawn(_rank_main, args=(world, _free_port(), backend, check, args), nprocs=world, join=True)
 
 
-def _close(got, expected):
-    got = got.detach().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+def _close(got, expected, tolerance=1e-12):
+    got = got.detach().cpu().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
     expected = np.asarray(expected)
     scale = max(np.linalg.norm(expected), 1e-300)
-    assert got.shape == expected.shape and np.linalg.norm(got - expected) / scale < 1e-12
+    assert got.shape == expected.shape and np.linalg.norm(got - expected) / scale < tolerance
 
 
 def _check_against_one_process(rank, world, graph, method):
@@ -117,8 +117,9 @@ def test_partitions_cover_every_node_and_balance_nonzeros():
     for method in nsd.METHODS:
         part = nsd.partition(A, 4, method)
         assert part.owner.shape == (2000,) and set(np.unique(part.owner)) <= {0, 1, 2, 3}
-    loads = np.bincount(nsd.partition(A, 4).owner, weights=np.diff(A.indptr) + 1.0)
-    assert loads.max() < 1.1 * loads.mean()
+    for method in nsd.METHODS:
+        loads = np.bincount(nsd.partition(A, 4, method).owner, weights=np.diff(A.indptr) + 1.0)
+        assert loads.max() < (1.1 if method == "contiguous" else 1.3) * loads.mean()
     volumes = {m: sum(v[1] for v in nsd.halo_volume(A, nsd.partition(A, 4, m))) for m in nsd.METHODS}
     assert volumes["louvain"] < volumes["contiguous"]
 
@@ -135,3 +136,30 @@ def test_non_square_graph_is_refused():
 
     with pytest.raises(ValueError, match="square"):
         nsd.partition(sp.random(10, 12, density=0.3, format="csr"), 2)
+
+
+def _check_on_the_gpu(rank, world):
+    """CUDA tensors and the GPU kernels (ranks sharing GPU 0): float32 against float64 references."""
+    A = _graph("power-law")
+    dg = nsd.DistGraph(A, method="louvain", device="cuda")
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((A.shape[0], 40)), rng.standard_normal((A.shape[0], 40))
+    x, y = (dg.local(torch.tensor(M, dtype=torch.float32, device="cuda")) for M in (X, Y))
+    for reduce in ("sum", "mean", "max", "min"):
+        _close(nsd.spmm(dg, x, reduce=reduce), ns.spmm(A, X, reduce=reduce)[dg.nodes], 1e-5)
+    rows, cols = dg.edges()
+    _close(nsd.sddmm(dg, x, y), np.asarray(ns.sddmm(A, X, Y)[rows, cols]).ravel(), 1e-5)
+    W0 = rng.standard_normal((40, 8))
+    W, xg = torch.tensor(W0, dtype=torch.float32, device="cuda", requires_grad=True), x.clone().requires_grad_()
+    (torch.relu(nsd.spmm(dg, xg @ W)) ** 2).sum().backward()
+    dist.all_reduce(W.grad)
+    Wr, xr = torch.tensor(W0, requires_grad=True), torch.tensor(X, requires_grad=True)
+    (torch.relu(nst.spmm(nst.Graph(A, dtype=torch.float64), xr @ Wr)) ** 2).sum().backward()
+    _close(W.grad, Wr.grad.numpy(), 1e-4)
+    _close(xg.grad, xr.grad.numpy()[dg.nodes], 1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend, world", [("nccl", 1), ("gloo", 2)])
+def test_ranks_on_a_gpu_compute_what_one_process_computes(backend, world):
+    _spawn(world, _check_on_the_gpu, backend=backend)
