@@ -73,15 +73,27 @@ def train(model, data, device, epochs, compile_model):
     return best_test, float(np.median(times[5:] if len(times) > 10 else times))
 
 
+def _difference(theirs, ours, data, device):
+    """Relative norm difference of the two models' outputs on the same weights (eval mode)."""
+    edge_index, X = data[0].to(device), torch.as_tensor(data[1], device=device)
+    outputs = []
+    for model in (theirs, ours):
+        model.to(device).eval()
+        with torch.no_grad():
+            outputs.append(model(X, edge_index))
+    return float(torch.linalg.norm(outputs[1] - outputs[0]) / torch.linalg.norm(outputs[0]))
+
+
 def compare(path=None, kind="sage", device="cpu", epochs=100, compile_model=False, seed=0):
-    """{"pyg": (accuracy, epoch seconds), "numbasparse": (...)} from the same initial weights."""
+    """{"pyg": (accuracy, epoch seconds), "numbasparse": (...), "first output, relative difference": d}
+    from the same initial weights."""
     data = task(path)
     d_in, d_out = data[1].shape[1], int(data[2].max()) + 1
     torch.manual_seed(seed)
     theirs = Model(pyg_nn, kind, d_in, 64, d_out)
     ours = Model(nsg, kind, d_in, 64, d_out)
     ours.load_state_dict(theirs.state_dict())
-    results = {}
+    results = {"first output, relative difference": _difference(theirs, ours, data, device)}
     for name, model in (("pyg", theirs), ("numbasparse", ours)):
         torch.manual_seed(seed)  # the same dropout masks
         results[name] = train(model, data, device, epochs, compile_model)
@@ -96,7 +108,10 @@ def main():
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--compile", action="store_true", help="torch.compile both models")
     args = p.parse_args()
-    for name, (acc, epoch) in compare(args.graph, args.model, args.device, args.epochs, args.compile).items():
+    results = compare(args.graph, args.model, args.device, args.epochs, args.compile)
+    print(f"{args.model}: outputs on the same weights differ by {results.pop('first output, relative difference'):.1e} "
+          f"(relative norm)")
+    for name, (acc, epoch) in results.items():
         print(f"{args.model} {name:<11} {args.device}{' compiled' if args.compile else ''}: test accuracy {acc:.3f}, "
               f"median epoch {epoch * 1e3:.2f} ms")
 

@@ -294,12 +294,23 @@ def _function(name, forward, setup, backward):
                                                    "backward": staticmethod(backward)})
 
 
+def _holding_graph(setup):
+    """``setup`` that also keeps the op's Graph alive until the backward has run: ops name their
+    Graph by key, so ``spmm(Graph(A), X).sum().backward()`` would otherwise find it gone."""
+    def setup_holding_graph(ctx, inputs, output):
+        ctx.graph = next(_GRAPHS.get(a) for a in inputs if isinstance(a, str) and a.startswith("graph"))
+        setup(ctx, inputs, output)
+
+    return setup_holding_graph
+
+
 _CUSTOM_OPS = {"spmm": _spmm_op, "sddmm": _sddmm_op, "spmm_extremum": _extremum_op, "scores_times": _scores_times_op}
 _FUNCTIONS = {}
 for _name, _parts in (("spmm", (_spmm_forward, _spmm_setup, _spmm_backward)),
                       ("sddmm", (_sddmm_forward, _sddmm_setup, _sddmm_backward)),
                       ("spmm_extremum", (_extremum_forward, _extremum_setup, _extremum_backward)),
                       ("scores_times", (_scores_times_forward, _scores_times_setup, _scores_times_backward))):
+    _parts = (_parts[0], _holding_graph(_parts[1]), _parts[2])
     _CUSTOM_OPS[_name].register_autograd(_parts[2], setup_context=_parts[1])
     _FUNCTIONS[_name] = _function(f"_{_name}", *_parts)
 

@@ -24,3 +24,4 @@ def test_pyg_layers_and_numbasparse_layers_learn_alike(kind):
     results = pyg_layers.compare(kind=kind, epochs=30)
     (theirs, _), (ours, _) = results["pyg"], results["numbasparse"]
     assert ours > 0.5 and abs(ours - theirs) < 0.02
+    assert results["first output, relative difference"] < 1e-5
