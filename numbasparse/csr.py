@@ -5,7 +5,7 @@ from ._compat import scipy_sparse as sp
 from . import arrays
 from .cache import MatrixCache
 from .dtypes import INDEX_DTYPES, check_value_dtype, index_dtype_for
-from .inputs import as_scipy
+from .inputs import as_scipy, gpu_csr_parts
 from .validation import check_sparse
 
 
@@ -18,6 +18,9 @@ def sparse_operand(A, name="A"):
     if isinstance(A, CSR):
         return A
     if not sp.issparse(A):
+        on_gpu = gpu_csr_parts(A, name)  # a graph already on a GPU stays there
+        if on_gpu is not None:
+            return CSR._from_device(*on_gpu)
         converted = as_scipy(A, name)  # torch sparse, PyG, networkx, cupyx (numbasparse.inputs)
         if converted is None:
             raise TypeError(f"{name} must be a scipy.sparse matrix, a numbasparse.CSR, a torch sparse tensor, a "
@@ -92,10 +95,13 @@ class CSR:
 
     Build it once with :meth:`from_scipy` and pass it wherever ``A`` is accepted, so that
     repeated calls do not upload the graph again.  ``indptr``, ``indices`` and ``data`` are
-    Numba device arrays; a host copy (scipy) is kept for :meth:`to_scipy`, the CPU backend
-    and :meth:`transpose`.  What calls derive from the matrix (plans, bound launches, replays,
-    scratch) is kept in ``cache`` (:class:`numbasparse.cache.MatrixCache`, bounded);
-    :meth:`clear_cache` frees it.
+    Numba device arrays; ``host_indptr`` is a host copy of ``indptr`` (the plans are built from
+    row lengths).  A full host copy (scipy, for :meth:`to_scipy`, the CPU backend, plans that
+    read column indices) is kept when the matrix came from the host, and downloaded on first
+    need when it was built on the GPU (a torch, PyG or CuPy graph already there:
+    :func:`numbasparse.inputs.gpu_csr_parts`).  What calls derive from the matrix (plans, bound
+    launches, replays, scratch) is kept in ``cache`` (:class:`numbasparse.cache.MatrixCache`,
+    bounded); :meth:`clear_cache` frees it.
     """
 
     def __init__(self, host):
@@ -104,14 +110,40 @@ class CSR:
         from .cuda.device import allocating, require_cuda
 
         require_cuda("numbasparse.CSR (a matrix on the GPU)")
-        self._host = host
-        self._shape, self._nnz, self._dtype = host.shape, int(host.nnz), host.dtype  # asked on every call
-        self._values_on_device_only = False  # True for with_values(): _host holds the pattern only
-        self.cache = MatrixCache()
+        self._set_host(host.shape, host.nnz, host.dtype, host.indptr, host)
         with allocating("the CSR's arrays", host.indptr.nbytes + host.indices.nbytes + host.data.nbytes):
             self.indptr = cuda.to_device(host.indptr)
             self.indices = cuda.to_device(host.indices)
             self.data = cuda.to_device(host.data)
+
+    def _set_host(self, shape, nnz, dtype, host_indptr, host):
+        self._shape, self._nnz, self._dtype = tuple(shape), int(nnz), np.dtype(dtype)  # asked on every call
+        self.host_indptr = host_indptr
+        self._host_copy = host  # None: download on first use (built on the GPU)
+        self._values_on_device_only = False  # True for with_values(): the host copy holds the pattern only
+        self.cache = MatrixCache()
+
+    @classmethod
+    def _from_device(cls, indptr, indices, data, shape):
+        """A CSR of canonical device arrays (any CUDA arrays of one index dtype, values float32 or
+        float64), kept as they are: only ``indptr`` is copied to the host.  The caller has
+        checked them (:func:`numbasparse.inputs.gpu_csr_parts`)."""
+        from numba import cuda
+
+        self = object.__new__(cls)
+        self.indptr, self.indices, self.data = (a if hasattr(a, "copy_to_host") else cuda.as_cuda_array(a)
+                                                for a in (indptr, indices, data))  # Numba arrays as they are
+        self._owners = (indptr, indices, data)  # the framework's tensors own the memory
+        self._set_host(shape, self.indices.shape[0], self.data.dtype, self.indptr.copy_to_host(), None)
+        return self
+
+    @property
+    def _host(self):
+        """The scipy copy (downloaded on first use for a matrix built on the GPU)."""
+        if self._host_copy is None:
+            self._host_copy = sp.csr_matrix((self.data.copy_to_host(), self.indices.copy_to_host(),
+                                             self.host_indptr), shape=self._shape)
+        return self._host_copy
 
     @classmethod
     def from_scipy(cls, A, *, dtype=None, index_dtype=None):
@@ -136,7 +168,7 @@ class CSR:
 
     @property
     def index_dtype(self):
-        return self._host.indices.dtype
+        return self.host_indptr.dtype
 
     def clear_cache(self):
         """Drop everything calls derived from this matrix (plans, bound launches, replayed calls,

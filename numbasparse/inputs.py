@@ -11,8 +11,11 @@ input type).  Each converter looks at attributes only, so numbasparse imports no
 - networkx graphs (the adjacency, nodes in ``G.nodes`` order, weights from ``weight``);
 - ``cupyx.scipy.sparse`` matrices.
 
-Operands on a GPU are copied to the host: numbasparse's plans are built from a host copy of the
-pattern (a graph built on the GPU without that copy is future work).
+A graph already on a GPU (a CUDA torch sparse tensor, a CUDA ``EdgeIndex`` or ``SparseTensor``, a
+cupyx matrix) is made canonical and checked there, with torch's own GPU operations
+(:func:`gpu_csr_parts`), and becomes a device :class:`numbasparse.CSR` without a host round trip
+(only ``indptr`` is copied back: the plans are built from row lengths).  The other inputs are
+converted on the host (:func:`as_scipy`).
 """
 import numpy as np
 from ._compat import scipy_sparse as sp
@@ -99,3 +102,114 @@ def _host_array(x, name):
         return np.asarray(x)
     except Exception as error:
         raise TypeError(f"{name} must be an array or tensor, got {type(x).__name__}") from error
+
+
+def gpu_csr_parts(A, name="A"):
+    """(indptr, indices, values, shape) of a sparse operand that lives on a GPU, as torch CUDA
+    tensors in canonical CSR form (rows' indices sorted, duplicates summed), checked on the GPU
+    (shape, index range, monotone ``indptr``), indices int32 where they fit; None for any other
+    operand.  Nothing is copied to the host but a few scalars."""
+    module = type(A).__module__.split(".")[0]
+    if not _on_gpu(A):
+        return None
+    if module == "torch" and getattr(A, "layout", None) is not None:
+        import torch
+
+        if A.layout == torch.sparse_coo:
+            if A.dim() != 2 or A.values().dim() != 1:
+                raise ValueError(f"{name} must be a 2-D sparse tensor with scalar values, got shape {tuple(A.shape)}")
+            return _torch_coo_parts(A.indices(), A.values(), tuple(A.shape), name)
+        if A.layout == torch.sparse_csr:
+            return _torch_csr_parts(A.crow_indices(), A.col_indices(), A.values(), tuple(A.shape), name)
+        return None  # other layouts: as_scipy says what is accepted
+    if hasattr(A, "sparse_size") and hasattr(A, "as_tensor"):  # PyG EdgeIndex
+        import torch
+
+        index = A.as_tensor()
+        largest = int(index.max()) + 1 if index.numel() else 0
+        shape = tuple(largest if n is None else int(n) for n in A.sparse_size())
+        return _torch_coo_parts(index, torch.ones(index.shape[1], dtype=torch.float32, device=index.device), shape,
+                                name)
+    if module == "torch_sparse" and hasattr(A, "csr"):  # torch_sparse.SparseTensor
+        import torch
+
+        indptr, indices, values = A.csr()
+        if values is None:
+            values = torch.ones(indices.numel(), dtype=torch.float32, device=indices.device)
+        return _torch_csr_parts(indptr, indices, values, tuple(A.sparse_sizes()), name)
+    if module == "cupyx" and hasattr(A, "tocsr"):  # zero-copy views as torch tensors
+        try:
+            import torch
+        except ImportError:  # without torch, cupyx matrices take the host path
+            return None
+
+        A = A.tocsr()
+        return _torch_csr_parts(*(torch.as_tensor(x, device="cuda") for x in (A.indptr, A.indices, A.data)),
+                                tuple(A.shape), name)
+    return None
+
+
+def _on_gpu(A):
+    """True for a torch tensor (or torch_sparse SparseTensor) on a GPU or a cupyx matrix."""
+    if type(A).__module__.split(".")[0] == "cupyx":
+        return hasattr(A, "get")
+    flag = getattr(A, "is_cuda", False)
+    return bool(flag() if callable(flag) else flag)
+
+
+def _torch_coo_parts(index, values, shape, name):
+    """Canonical CSR parts of COO ``index`` (2, E) and ``values`` (E,), checked, on their device."""
+    import torch
+
+    _check_torch_values(values, index.shape[1], name)
+    if len(shape) != 2 or min(shape) < 0:
+        raise ValueError(f"{name} must be 2-D, got shape {shape}")
+    if index.numel() and (int(index.min()) < 0 or int(index[0].max()) >= shape[0] or int(index[1].max()) >= shape[1]):
+        raise ValueError(f"{name} has an index outside its shape {shape}")
+    coo = torch.sparse_coo_tensor(index, values, shape).coalesce()  # sorts by (row, col), sums duplicates
+    rows, cols = coo.indices()
+    indptr = torch.zeros(shape[0] + 1, dtype=torch.int64, device=rows.device)
+    indptr[1:] = torch.cumsum(torch.bincount(rows, minlength=shape[0]), 0)
+    return _narrowed(indptr, cols, coo.values(), shape)
+
+
+def _torch_csr_parts(indptr, indices, values, shape, name):
+    """Canonical CSR parts of CSR arrays (torch tensors), checked, on their device: kept as they
+    are when already canonical, else re-made through a coalesced COO."""
+    import torch
+
+    nnz = indices.shape[0]
+    _check_torch_values(values, nnz, name)
+    if len(shape) != 2 or min(shape) < 0 or indptr.dim() != 1 or indptr.shape[0] != shape[0] + 1:
+        raise ValueError(f"{name}'s indptr must have {shape[0] + 1} entries (rows + 1) for shape {shape}, got "
+                         f"{tuple(indptr.shape)}")
+    indptr, indices = indptr.to(torch.int64), indices.to(torch.int64)
+    if int(indptr[0]) != 0 or int(indptr[-1]) != nnz or bool((indptr[1:] < indptr[:-1]).any()):
+        raise ValueError(f"{name}'s indptr must start at 0, never decrease and end at nnz ({nnz})")
+    if nnz and (int(indices.min()) < 0 or int(indices.max()) >= shape[1]):
+        raise ValueError(f"{name} has a column index outside 0..{shape[1] - 1}")
+    rows = torch.repeat_interleave(torch.arange(shape[0], device=indptr.device), indptr[1:] - indptr[:-1])
+    out_of_order = (indices[1:] <= indices[:-1]) & (rows[1:] == rows[:-1])
+    if bool(out_of_order.any()):
+        return _torch_coo_parts(torch.stack([rows, indices]), values, shape, name)
+    return _narrowed(indptr, indices, values, shape)
+
+
+def _check_torch_values(values, nnz, name):
+    import torch
+
+    if values.dim() != 1 or values.shape[0] != nnz:
+        raise ValueError(f"{name} must have one scalar value per stored entry ({nnz}), got values of shape "
+                         f"{tuple(values.shape)}")
+    if values.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"{name}'s values must be float32 or float64, got {values.dtype}")
+
+
+def _narrowed(indptr, indices, values, shape):
+    """The parts with int32 indices where every index and offset fits (``dtypes.index_dtype_for``)."""
+    import torch
+
+    from .dtypes import index_dtype_for
+
+    index_dtype = torch.int32 if index_dtype_for(shape, indices.shape[0]) == np.int32 else torch.int64
+    return (indptr.to(index_dtype).contiguous(), indices.to(index_dtype).contiguous(), values.contiguous(), shape)

@@ -96,3 +96,91 @@ def test_anything_else_is_refused_naming_the_accepted_inputs(graph):
     _, B = graph
     with pytest.raises(TypeError, match="networkx graph"):
         ns.spmm(np.ones((7, 7)), B)
+
+
+# Graphs already on a GPU: canonical CSR parts made with torch operations on the graph's device
+# (the logic runs on CPU tensors here; tests/cuda/test_gpu.py runs it on CUDA ones).
+
+def _canonical(A):
+    C = A.tocsr(copy=True)
+    C.sum_duplicates()
+    C.sort_indices()
+    return C
+
+
+def _same_parts(parts, A):
+    indptr, indices, values, shape = parts
+    C = _canonical(A)
+    assert shape == C.shape and indptr.dtype == indices.dtype
+    assert np.array_equal(indptr.numpy(), C.indptr) and np.array_equal(indices.numpy(), C.indices)
+    np.testing.assert_allclose(values.numpy(), C.data, rtol=1e-6)
+
+
+def test_gpu_parts_of_coo_with_duplicates_are_canonical():
+    torch = pytest.importorskip("torch")
+    from numbasparse import inputs
+
+    rng = np.random.default_rng(0)
+    rows, cols = rng.integers(0, 9, 40), rng.integers(0, 7, 40)  # duplicates, any order
+    values = rng.standard_normal(40)
+    parts = inputs._torch_coo_parts(torch.tensor(np.stack([rows, cols])), torch.tensor(values), (9, 7), "A")
+    assert parts[0].dtype == torch.int32
+    _same_parts(parts, sp.coo_matrix((values, (rows, cols)), shape=(9, 7)))
+
+
+def test_gpu_parts_of_csr_keep_a_canonical_one_and_sort_another():
+    torch = pytest.importorskip("torch")
+    from numbasparse import inputs
+
+    A = _canonical(sp.random(8, 6, density=0.4, format="csr", random_state=1))
+    tensors = [torch.tensor(x) for x in (A.indptr, A.indices, A.data)]
+    _same_parts(inputs._torch_csr_parts(*tensors, A.shape, "A"), A)
+    shuffled = A.copy()
+    for i in range(A.shape[0]):  # reverse each row's entries
+        lo, hi = A.indptr[i], A.indptr[i + 1]
+        shuffled.indices[lo:hi], shuffled.data[lo:hi] = A.indices[lo:hi][::-1], A.data[lo:hi][::-1]
+    parts = inputs._torch_csr_parts(*(torch.tensor(x) for x in (shuffled.indptr, shuffled.indices, shuffled.data)),
+                                    A.shape, "A")
+    _same_parts(parts, A)
+
+
+@pytest.mark.parametrize("bad, error", [("column out of range", ValueError), ("indptr decreases", ValueError),
+                                        ("indptr short", ValueError), ("values too few", ValueError),
+                                        ("integer values", TypeError), ("row out of range", ValueError)])
+def test_gpu_parts_refuse_malformed_graphs(bad, error):
+    torch = pytest.importorskip("torch")
+    from numbasparse import inputs
+
+    indptr, indices, values = torch.tensor([0, 2, 3]), torch.tensor([0, 2, 1]), torch.tensor([1.0, 2.0, 3.0])
+    if bad == "row out of range":
+        with pytest.raises(error, match="A"):
+            inputs._torch_coo_parts(torch.tensor([[0, 2], [0, 1]]), torch.tensor([1.0, 2.0]), (2, 3), "A")
+        return
+    if bad == "column out of range":
+        indices = torch.tensor([0, 3, 1])
+    elif bad == "indptr decreases":
+        indptr = torch.tensor([0, 3, 2])
+    elif bad == "indptr short":
+        indptr = torch.tensor([0, 3])
+    elif bad == "values too few":
+        values = values[:2]
+    elif bad == "integer values":
+        values = torch.tensor([1, 2, 3])
+    with pytest.raises(error, match="A"):
+        inputs._torch_csr_parts(indptr, indices, values, (2, 3), "A")
+
+
+def test_a_csr_built_from_device_arrays_computes_and_downloads_only_when_asked():
+    from numba import cuda
+
+    import numbasparse as ns
+    from numbasparse.reference import spmm_reference
+
+    A = _canonical(sp.random(12, 9, density=0.3, format="csr", random_state=2, dtype=np.float32))
+    dev = ns.CSR._from_device(*(cuda.to_device(x) for x in (A.indptr, A.indices, A.data)), A.shape)
+    assert dev._host_copy is None and dev.index_dtype == A.indices.dtype and dev.nnz == A.nnz
+    B = np.random.default_rng(3).standard_normal((9, 5)).astype(np.float32)
+    C = ns.spmm(dev, B, algorithm="hp")
+    assert dev._host_copy is None  # HP's plans need only the row lengths
+    np.testing.assert_allclose(C, spmm_reference(A, B), rtol=1e-5, atol=1e-5)
+    assert (dev.to_scipy() != A).nnz == 0

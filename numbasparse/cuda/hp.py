@@ -453,11 +453,11 @@ def _pattern(A, name, *args):
     the array ones uploaded."""
     def build():
         if name == "segment_rows":
-            return cuda.to_device(row_prep.segment_rows(A._host.indptr, *args, A.index_dtype))
+            return cuda.to_device(row_prep.segment_rows(A.host_indptr, *args, A.index_dtype))
         if name == "rows_to_fill":
-            rows = row_prep.rows_to_fill(A._host.indptr, *args, A.index_dtype)
+            rows = row_prep.rows_to_fill(A.host_indptr, *args, A.index_dtype)
             return cuda.to_device(rows) if rows.size else None
-        return getattr(row_prep, name)(A._host.indptr, *args)
+        return getattr(row_prep, name)(A.host_indptr, *args)
     return A.cache.get_or_build("plans", (name, *args), build)
 
 

@@ -130,7 +130,7 @@ def row_order(A, balance):
     """Device array of A's rows in the order the tiled SpMM takes them: longest first (G-Sparse's
     row load balancing) when ``balance``, else in order; once per pattern."""
     return A.cache.get_or_build("plans", ("row_order", balance),
-                                lambda: cuda.to_device(longest_first(A._host.indptr, balance)))
+                                lambda: cuda.to_device(longest_first(A.host_indptr, balance)))
 
 
 def spmm_tiled(A, order, B, C, schedule, *, stream=0):

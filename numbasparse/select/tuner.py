@@ -179,7 +179,7 @@ def schedule_for(A, n_cols, dtype, op="spmm", *, top_k=8):
     schedule = A.cache.get("plans", key)
     if schedule is not None:
         return schedule
-    lengths = np.diff(A._host.indptr)
+    lengths = np.diff(A.host_indptr)
     itemsizes = dict(value_itemsize=np.dtype(dtype).itemsize, index_itemsize=A.index_dtype.itemsize)
     if simulator_enabled():
         schedule = rank(lengths, n_cols, Device("simulator", 1), op=op, **itemsizes)[0]

@@ -280,3 +280,29 @@ def test_threads_share_a_csr_on_one_or_several_streams(graph, reduce, streams):
         thread.join(timeout=300)
     assert not any(thread.is_alive() for thread in threads), "a thread hung"
     assert not errors, errors
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_a_torch_graph_on_the_gpu_is_converted_there(layout):
+    """A CUDA torch sparse tensor (COO with duplicates, CSR) becomes a device CSR on the GPU:
+    nothing but indptr reaches the host, and the results match scipy's."""
+    torch = pytest.importorskip("torch")
+    from numbasparse.csr import sparse_operand
+
+    rng = np.random.default_rng(5)
+    rows, cols = rng.integers(0, 500, 4000), rng.integers(0, 400, 4000)
+    values = rng.standard_normal(4000).astype(np.float32)
+    import scipy.sparse as sp
+
+    A = sp.coo_matrix((values, (rows, cols)), shape=(500, 400)).tocsr()
+    t = torch.sparse_coo_tensor(torch.tensor(np.stack([rows, cols])), torch.tensor(values), (500, 400),
+                                device="cuda")
+    if layout == "csr":
+        t = t.coalesce().to_sparse_csr()
+    dev = sparse_operand(t)
+    assert isinstance(dev, ns.CSR) and dev._host_copy is None
+    B = torch.randn(400, 48, device="cuda")
+    C = ns.spmm(dev, B, algorithm="hp")
+    assert dev._host_copy is None
+    assert_close(C.cpu().numpy(), spmm_reference(A, B.cpu().numpy()), np.float32)
+    assert_close(ns.spmm(t, B, reduce="max").cpu().numpy(), spmm_reference(A, B.cpu().numpy(), "max"), np.float32)
