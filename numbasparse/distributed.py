@@ -223,7 +223,7 @@ class DistGraph:
 
     def edges(self):
         """Global (row, column) ids of the local entries, in ``graph``'s entry order."""
-        pattern = self.graph._patterns[False]
+        pattern = self.graph.pattern()
         rows = np.repeat(self.nodes, np.diff(pattern.indptr))
         return rows, self._global_cols[pattern.indices]
 

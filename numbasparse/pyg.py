@@ -20,8 +20,6 @@ message of ``edge_index[0, e]``.  The sparse pattern of an ``edge_index`` is bui
 (the last few distinct ones, compared by value), so a layer called again on the same graph pays
 only for its kernels.
 """
-import numpy as np
-import scipy.sparse as sp
 import torch
 import torch_geometric.nn as pyg_nn
 
@@ -38,20 +36,26 @@ class Pattern:
     entry of each edge (duplicate edges share one)."""
 
     def __init__(self, edge_index, size):
-        index = edge_index.detach().cpu().numpy().astype(np.int64)
+        # torch operations on the edge_index's device: a graph on the GPU is built there
+        index = edge_index.detach().to(torch.int64)
         receivers, senders = index[1], index[0]
         n_dst, n_src = size
-        order = np.lexsort((senders, receivers))
-        pairs = receivers[order] * max(n_src, 1) + senders[order]
-        first = np.r_[True, pairs[1:] != pairs[:-1]] if pairs.size else np.zeros(0, bool)
-        entry = np.empty(index.shape[1], np.int64)
-        entry[order] = np.cumsum(first) - 1
-        counts = np.bincount(entry, minlength=int(first.sum())).astype(np.float64)
+        pairs = receivers * max(n_src, 1) + senders
+        order = torch.argsort(pairs, stable=True)
+        ordered = pairs[order]
+        first = torch.ones_like(ordered, dtype=torch.bool)
+        first[1:] = ordered[1:] != ordered[:-1]
+        entry = torch.empty_like(order)
+        entry[order] = torch.cumsum(first, 0) - 1
+        n_entries = int(first.sum())
+        counts = torch.bincount(entry, minlength=n_entries).to(torch.float64)
         rows, cols = receivers[order][first], senders[order][first]
-        A = sp.csr_matrix((counts, (rows, cols)), shape=(n_dst, n_src))
-        self.graph = nst.Graph(A, device=edge_index.device, dtype=torch.float64)
-        self.entry_of_edge = torch.as_tensor(entry, device=edge_index.device)
-        self.edges_per_row = torch.as_tensor(np.bincount(receivers, minlength=n_dst), device=edge_index.device)
+        indptr = torch.zeros(n_dst + 1, dtype=torch.int64, device=index.device)
+        indptr[1:] = torch.cumsum(torch.bincount(rows, minlength=n_dst), 0)
+        self.graph = nst.Graph._from_parts((indptr, cols, counts, (n_dst, n_src)), device=index.device,
+                                           dtype=torch.float64)
+        self.entry_of_edge = entry
+        self.edges_per_row = torch.bincount(receivers, minlength=n_dst)
 
     def values(self, edge_values, like):
         """Per-entry values from per-edge ``edge_values`` ((E,) or (E, heads); None: 1 per

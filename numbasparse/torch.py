@@ -25,6 +25,7 @@ import torch
 
 from . import api
 from .csr import CSR, canonical_csr
+from .inputs import gpu_csr_parts
 
 
 _IDS = itertools.count()
@@ -33,30 +34,57 @@ _IDS = itertools.count()
 class Graph:
     """A sparse matrix's pattern for autograd use: ``Graph(A, device="cuda")``.
 
-    A: any scipy.sparse matrix (made canonical: sorted, duplicates summed).  ``values`` is a
-    float tensor of its nnz values on ``device`` (pass your own, e.g. learnable, to the ops).
+    A: any sparse operand numbasparse takes (made canonical: sorted, duplicates summed); one
+    already on the GPU (a CUDA torch sparse tensor, ...) is converted there, without a host copy.
+    ``values`` is a float tensor of its nnz values on ``device`` (pass your own, e.g. learnable,
+    to the ops).  The transposed pattern (for the backward pass) and the map from this pattern's
+    entries to its transpose's are built once, with torch operations on ``device``.
     """
 
     def __init__(self, A, *, device="cpu", dtype=torch.float32):
-        host = canonical_csr(A, dtype=np.float64)
-        self.shape = host.shape
-        self.nnz = host.nnz
-        self.device = torch.device(device)
-        positions = sp.csr_matrix((np.arange(host.nnz, dtype=np.int64) + 1, host.indices, host.indptr),
-                                  shape=host.shape)
-        transposed = positions.T.tocsr()
-        transposed.sort_indices()
-        self._patterns = {False: host, True: sp.csr_matrix(
-            (np.ones(host.nnz), transposed.indices, transposed.indptr), shape=transposed.shape)}
-        self._to_transposed = torch.as_tensor(transposed.data - 1, device=self.device)
-        self._rows = torch.as_tensor(np.repeat(np.arange(host.shape[0]), np.diff(host.indptr)), device=self.device)
-        self._cols = torch.as_tensor(host.indices.astype(np.int64), device=self.device)
-        self._degrees = torch.as_tensor(np.diff(host.indptr), device=self.device)
-        self.values = torch.as_tensor(host.data, dtype=dtype, device=self.device)
+        device = torch.device(device)
+        parts = gpu_csr_parts(A) if device.type == "cuda" else None  # a graph on the GPU stays there
+        if parts is None:
+            host = canonical_csr(A, dtype=np.float64)
+            parts = (*(torch.as_tensor(x, device=device) for x in (host.indptr, host.indices, host.data)), host.shape)
+        self._setup(parts, device, dtype)
+
+    @classmethod
+    def _from_parts(cls, parts, *, device, dtype):
+        """A Graph of canonical CSR parts (indptr, indices, values, shape) as tensors."""
+        self = object.__new__(cls)
+        self._setup(parts, torch.device(device), dtype)
+        return self
+
+    def _setup(self, parts, device, dtype):
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        indptr, indices, values, shape = parts
+        indptr, indices = indptr.to(device, torch.int64), indices.to(device, torch.int64)
+        self.shape, self.nnz, self.device = tuple(shape), int(indices.shape[0]), device
+        self._degrees = indptr[1:] - indptr[:-1]
+        self._rows = torch.repeat_interleave(torch.arange(self.shape[0], device=device), self._degrees)
+        self._cols = indices
+        # the transpose's entries are this pattern's in (column, row) order
+        self._to_transposed = torch.argsort(indices * max(self.shape[0], 1) + self._rows, stable=True)
+        t_indptr = torch.zeros(self.shape[1] + 1, dtype=torch.int64, device=device)
+        t_indptr[1:] = torch.cumsum(torch.bincount(indices, minlength=self.shape[1]), 0)
+        self._csr_parts = {False: (indptr, indices, self.shape),
+                           True: (t_indptr, self._rows[self._to_transposed], self.shape[::-1])}
+        self._host_patterns = {}
+        self.values = values.to(device, dtype)
         self._device_csr = {}
         self._with_values = {}
         self.key = f"graph{next(_IDS)}"  # how the custom ops name this graph (a string: a constant to torch.compile)
         _GRAPHS[self.key] = self
+
+    def pattern(self, transpose=False):
+        """The pattern (or its transpose) as a scipy CSR of ones (a host copy, made on first use)."""
+        if transpose not in self._host_patterns:
+            indptr, indices, shape = self._csr_parts[transpose]
+            self._host_patterns[transpose] = sp.csr_matrix(
+                (np.ones(self.nnz), indices.cpu().numpy(), indptr.cpu().numpy()), shape=shape)
+        return self._host_patterns[transpose]
 
     def matrix(self, values, transpose=False):
         """The pattern (or its transpose) with ``values`` (in this pattern's entry order), as
@@ -64,12 +92,15 @@ class Graph:
         values = values.detach()
         if transpose:
             values = values[self._to_transposed]
-        pattern = self._patterns[transpose]
         if values.device.type == "cpu":
+            pattern = self.pattern(transpose)
             return sp.csr_matrix((values.numpy(), pattern.indices, pattern.indptr), shape=pattern.shape)
         key = (transpose, values.dtype)
         if key not in self._device_csr:
-            self._device_csr[key] = CSR.from_scipy(pattern, dtype=_numpy_dtype(values.dtype))
+            indptr, indices, shape = self._csr_parts[transpose]
+            narrow = torch.int32 if max(*shape, self.nnz) < 2**31 else torch.int64
+            ones = torch.ones(self.nnz, dtype=values.dtype, device=values.device)
+            self._device_csr[key] = CSR._from_device(indptr.to(narrow), indices.to(narrow), ones, shape)
         values = values.contiguous()
         # The matrix of the last values seen, kept while they are passed again (the same memory:
         # it holds them, so their address is not reused), so that its launches stay bound and

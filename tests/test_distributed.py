@@ -79,7 +79,7 @@ def _check_against_one_process(rank, world, graph, method):
 
 
 def nst_edges(g):
-    pattern = g._patterns[False]
+    pattern = g.pattern()
     return np.repeat(np.arange(g.shape[0]), np.diff(pattern.indptr)), pattern.indices
 
 

@@ -253,3 +253,23 @@ def test_a_temporary_graph_lives_until_its_backward(op):
     gc.collect()
     out.square().sum().backward()
     assert X.grad is not None and torch.isfinite(X.grad).all()
+
+
+@pytest.mark.gpu
+def test_a_graph_already_on_the_gpu_is_built_there():
+    """Graph(CUDA sparse tensor, device="cuda"): pattern, transpose and matrices made on the GPU
+    (no host pattern is ever made), forward and backward equal to the host-built Graph's."""
+    rng, A, host_built = _setup("cuda", shape=(60, 50), density=0.1, seed=6)
+    coo = A.tocoo()
+    t = torch.sparse_coo_tensor(torch.tensor(np.stack([coo.row, coo.col])), torch.tensor(coo.data), A.shape,
+                                device="cuda")
+    graph = nst.Graph(t, device="cuda", dtype=torch.float64)
+    X = _tensor(rng, (50, 4), "cuda")
+    for g in (graph, host_built):
+        out = nst.spmm(g, X, reduce="max") + nst.spmm(g, X)
+        (grad,) = torch.autograd.grad(out.square().sum(), X)
+        if g is graph:
+            first = (out, grad)
+    torch.testing.assert_close(first[0], out)
+    torch.testing.assert_close(first[1], grad)
+    assert graph._host_patterns == {}
