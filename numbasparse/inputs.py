@@ -116,9 +116,10 @@ def gpu_csr_parts(A, name="A"):
         import torch
 
         if A.layout == torch.sparse_coo:
-            if A.dim() != 2 or A.values().dim() != 1:
+            index, values = A._indices(), A._values()  # (uncoalesced: coalesced below)
+            if A.dim() != 2 or values.dim() != 1:
                 raise ValueError(f"{name} must be a 2-D sparse tensor with scalar values, got shape {tuple(A.shape)}")
-            return _torch_coo_parts(A.indices(), A.values(), tuple(A.shape), name)
+            return _torch_coo_parts(index, values, tuple(A.shape), name)
         if A.layout == torch.sparse_csr:
             return _torch_csr_parts(A.crow_indices(), A.col_indices(), A.values(), tuple(A.shape), name)
         return None  # other layouts: as_scipy says what is accepted
