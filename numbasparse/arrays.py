@@ -2,7 +2,10 @@
 
 A device operand is viewed without a copy through ``__cuda_array_interface__`` and the
 result is allocated by the operand's own framework (CuPy in, CuPy out; PyTorch in,
-PyTorch out), which is imported only when such an array is passed.  Kernels are launched
+PyTorch out), which is imported only when such an array is passed.  Other frameworks' arrays
+(JAX, TensorFlow, ...) come in without a copy through DLPack (:func:`from_dlpack`): host ones as
+NumPy arrays, CUDA ones as torch tensors (or CuPy arrays without torch), and the results are
+of that framework.  Kernels are launched
 on the framework's current stream, so they are ordered with the caller's other work.
 """
 import functools
@@ -162,10 +165,36 @@ def _check_torch(x, name):
                         f"supported yet)")
 
 
+#: DLPack device types (``__dlpack_device__()[0]``) numbasparse reads.
+DLPACK_CPU, DLPACK_CUDA = 1, 2
+
+
+def from_dlpack(x, name):
+    """``x`` (an object with ``__dlpack__``) as a NumPy array (host) or a torch tensor / CuPy
+    array (CUDA), sharing its memory; TypeError naming ``name`` for other devices."""
+    device_type = int(x.__dlpack_device__()[0])
+    if device_type == DLPACK_CPU:
+        return np.from_dlpack(x)
+    if device_type == DLPACK_CUDA:
+        try:
+            import torch
+
+            return torch.from_dlpack(x)
+        except ImportError:
+            import cupy
+
+            return cupy.from_dlpack(x)
+    raise TypeError(f"{name} is a DLPack array on device type {device_type}; numbasparse takes host (1) and "
+                    f"CUDA (2) arrays")
+
+
 def dense(x, name, ndim):
     """Validate ``x`` as a ``ndim``-D float32/float64 operand named ``name``: no copy on the
     device; on the host a C-contiguous array in native byte order (a copy where ``x`` is not)."""
     framework = _framework(x)
+    if framework is None and hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        x = from_dlpack(x, name)
+        framework = _framework(x)
     if framework is None:
         raise TypeError(
             f"{name} must be a NumPy array or a CUDA array (__cuda_array_interface__: Numba, "

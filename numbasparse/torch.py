@@ -111,6 +111,19 @@ class Graph:
                                                self._device_csr[key].with_values(values))
         return cached[1]
 
+    @property
+    def rows(self):
+        """Each entry's row (an int64 tensor in entry order)."""
+        return self._rows
+
+    @property
+    def cols(self):
+        """Each entry's column (an int64 tensor in entry order).  Per-edge elementwise operations
+        of node values (DGL's ``u_add_v``, ``u_mul_v``, ...) are ``X[g.rows] + Y[g.cols]`` in
+        torch: a gather each, near the memory bandwidth already, with autograd and torch.compile
+        as usual; numbasparse's SDDMM is the reduction (``<X_i, Y_j>``), which torch has not."""
+        return self._cols
+
     def row_sums(self, edge_values):
         """Sum of ``edge_values`` over each row's entries."""
         return _row_sums(edge_values, self._rows, self.shape[0])

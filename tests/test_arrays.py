@@ -99,3 +99,40 @@ def test_an_output_too_large_for_the_gpu_raises_memory_error():
     B = arrays.dense(torch.ones(4, 4, device="cuda"), "B", 2)
     with pytest.raises(MemoryError, match="out of GPU memory allocating an output of shape"):
         arrays.empty_like_framework(B, (2**20, 2**20), np.dtype(np.float32))  # 4 TiB
+
+
+class _DLPackOnly:
+    """An array of another framework that speaks DLPack only (as JAX's do)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_dlpack_arrays_are_taken_without_a_copy():
+    import scipy.sparse as sp
+
+    import numbasparse as ns
+    from numbasparse import arrays
+
+    B = np.random.default_rng(0).standard_normal((6, 3))
+    seen = arrays.dense(_DLPackOnly(B), "B", 2)
+    assert np.shares_memory(seen.array, B)
+    A = sp.random(5, 6, density=0.5, format="csr", random_state=1)
+    np.testing.assert_allclose(ns.spmm(A, _DLPackOnly(B)), ns.spmm(A, B))
+
+
+def test_dlpack_array_on_another_device_is_refused_by_name():
+    from numbasparse import arrays
+
+    class Elsewhere(_DLPackOnly):
+        def __dlpack_device__(self):
+            return (14, 0)  # a oneAPI device
+
+    with pytest.raises(TypeError, match="B is a DLPack array on device type 14"):
+        arrays.dense(Elsewhere(np.zeros((2, 2))), "B", 2)
