@@ -89,6 +89,9 @@ def _output(out, like, shape, dtype, A):
         if like.on_device:
             return arrays.empty_like_framework(like, shape, dtype)
         return None, None
+    if arrays.dlpack_only(out):
+        raise TypeError("out must be a NumPy array, a torch tensor or a CUDA array (Numba, CuPy): a DLPack "
+                        "array cannot be written in place")
     o = arrays.dense(out, "out", len(shape))
     if o.on_device != like.on_device:
         raise TypeError("out must live where B does (both host arrays, or both CUDA arrays)")

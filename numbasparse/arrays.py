@@ -180,12 +180,20 @@ def from_dlpack(x, name):
             import torch
 
             return torch.from_dlpack(x)
-        except ImportError:
+        except (ImportError, RuntimeError):  # no torch, or a torch without CUDA
+            pass
+        try:
             import cupy
-
-            return cupy.from_dlpack(x)
+        except ImportError:
+            raise TypeError(f"{name} is a CUDA DLPack array: reading it needs torch (with CUDA) or CuPy") from None
+        return cupy.from_dlpack(x)
     raise TypeError(f"{name} is a DLPack array on device type {device_type}; numbasparse takes host (1) and "
                     f"CUDA (2) arrays")
+
+
+def dlpack_only(x):
+    """True for an array numbasparse reads through DLPack only (not NumPy, torch or CUDA-array-interface)."""
+    return _framework(x) is None and hasattr(x, "__dlpack__")
 
 
 def dense(x, name, ndim):

@@ -134,7 +134,9 @@ class CSR:
         self.indptr, self.indices, self.data = (a if hasattr(a, "copy_to_host") else cuda.as_cuda_array(a)
                                                 for a in (indptr, indices, data))  # Numba arrays as they are
         self._owners = (indptr, indices, data)  # the framework's tensors own the memory
-        self._set_host(shape, self.indices.shape[0], self.data.dtype, self.indptr.copy_to_host(), None)
+        # a torch tensor's copy is ordered on torch's current stream, where it was computed
+        host_indptr = indptr.cpu().numpy() if hasattr(indptr, "cpu") else self.indptr.copy_to_host()
+        self._set_host(shape, self.indices.shape[0], self.data.dtype, host_indptr, None)
         return self
 
     @property

@@ -30,13 +30,19 @@ log = logging.getLogger("numbasparse.disk")
 
 
 def cache_dir():
-    """The cache directory (a Path, maybe not yet created), or None when the cache is off."""
+    """The cache directory (a Path, maybe not yet created), or None when the cache is off (or no
+    home directory can be found).  A ``$NUMBASPARSE_CACHE`` naming a ``.json`` file (its meaning
+    before the kernel cache: the tuner's file) stands for the directory holding it."""
     configured = os.environ.get("NUMBASPARSE_CACHE", "")
     if configured.strip().lower() == OFF:
         return None
     if configured:
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        path = Path(configured).expanduser()
+        return path.parent if path.suffix == ".json" else path
+    try:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    except (RuntimeError, KeyError):  # no $HOME and no passwd entry
+        return None
     return Path(base) / "numbasparse"
 
 

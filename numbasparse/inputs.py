@@ -162,12 +162,12 @@ def _torch_coo_parts(index, values, shape, name):
     """Canonical CSR parts of COO ``index`` (2, E) and ``values`` (E,), checked, on their device."""
     import torch
 
-    _check_torch_values(values, index.shape[1], name)
+    values = _values(values, index.shape[1], name)
     if len(shape) != 2 or min(shape) < 0:
         raise ValueError(f"{name} must be 2-D, got shape {shape}")
     if index.numel() and (int(index.min()) < 0 or int(index[0].max()) >= shape[0] or int(index[1].max()) >= shape[1]):
         raise ValueError(f"{name} has an index outside its shape {shape}")
-    coo = torch.sparse_coo_tensor(index, values, shape).coalesce()  # sorts by (row, col), sums duplicates
+    coo = torch.sparse_coo_tensor(index, values, shape, check_invariants=False).coalesce()  # (checked above)
     rows, cols = coo.indices()
     indptr = torch.zeros(shape[0] + 1, dtype=torch.int64, device=rows.device)
     indptr[1:] = torch.cumsum(torch.bincount(rows, minlength=shape[0]), 0)
@@ -180,7 +180,7 @@ def _torch_csr_parts(indptr, indices, values, shape, name):
     import torch
 
     nnz = indices.shape[0]
-    _check_torch_values(values, nnz, name)
+    values = _values(values, nnz, name)
     if len(shape) != 2 or min(shape) < 0 or indptr.dim() != 1 or indptr.shape[0] != shape[0] + 1:
         raise ValueError(f"{name}'s indptr must have {shape[0] + 1} entries (rows + 1) for shape {shape}, got "
                          f"{tuple(indptr.shape)}")
@@ -196,14 +196,18 @@ def _torch_csr_parts(indptr, indices, values, shape, name):
     return _narrowed(indptr, indices, values, shape)
 
 
-def _check_torch_values(values, nnz, name):
+def _values(values, nnz, name):
+    """The values as the host path makes them: detached, float64 kept, other real dtypes (int,
+    bool, half) as float32; complex refused."""
     import torch
 
     if values.dim() != 1 or values.shape[0] != nnz:
         raise ValueError(f"{name} must have one scalar value per stored entry ({nnz}), got values of shape "
                          f"{tuple(values.shape)}")
-    if values.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"{name}'s values must be float32 or float64, got {values.dtype}")
+    if values.dtype.is_complex:
+        raise TypeError(f"{name}'s values must be real, got {values.dtype}")
+    values = values.detach()
+    return values if values.dtype in (torch.float32, torch.float64) else values.to(torch.float32)
 
 
 def _narrowed(indptr, indices, values, shape):

@@ -40,6 +40,9 @@ class Pattern:
         index = edge_index.detach().to(torch.int64)
         receivers, senders = index[1], index[0]
         n_dst, n_src = size
+        if index.numel() and (int(index.min()) < 0 or int(senders.max()) >= n_src or int(receivers.max()) >= n_dst):
+            raise ValueError(f"edge_index names a node outside 0..{n_src - 1} (sources) / 0..{n_dst - 1} "
+                             f"(targets)")
         pairs = receivers * max(n_src, 1) + senders
         order = torch.argsort(pairs, stable=True)
         ordered = pairs[order]

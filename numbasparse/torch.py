@@ -72,7 +72,7 @@ class Graph:
         self._csr_parts = {False: (indptr, indices, self.shape),
                            True: (t_indptr, self._rows[self._to_transposed], self.shape[::-1])}
         self._host_patterns = {}
-        self.values = values.to(device, dtype)
+        self.values = values.detach().to(device, dtype).clone()  # never the caller's memory (it may be learned)
         self._device_csr = {}
         self._with_values = {}
         self.key = f"graph{next(_IDS)}"  # how the custom ops name this graph (a string: a constant to torch.compile)

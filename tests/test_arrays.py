@@ -136,3 +136,13 @@ def test_dlpack_array_on_another_device_is_refused_by_name():
 
     with pytest.raises(TypeError, match="B is a DLPack array on device type 14"):
         arrays.dense(Elsewhere(np.zeros((2, 2))), "B", 2)
+
+
+def test_a_dlpack_array_cannot_be_out():
+    import scipy.sparse as sp
+
+    import numbasparse as ns
+
+    A = sp.random(5, 6, density=0.5, format="csr", random_state=1)
+    with pytest.raises(TypeError, match="out must be"):
+        ns.spmm(A, np.ones((6, 3)), out=_DLPackOnly(np.zeros((5, 3))))

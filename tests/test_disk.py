@@ -99,3 +99,22 @@ def test_concurrent_writers_never_leave_a_torn_entry(cache):
     final = disk.load("kernels", "k", "shared key")
     assert final is not None and len(set(final)) == 1
     assert [p.name for p in (cache / "kernels").iterdir()] == [disk.entry_path("kernels", "k", "shared key").name]
+
+
+def test_a_tuner_file_path_in_numbasparse_cache_means_its_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path / "tuned.json"))
+    assert disk.cache_dir() == tmp_path
+
+
+def test_no_home_directory_turns_the_cache_off(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.delenv("NUMBASPARSE_CACHE")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert disk.cache_dir() is None
+    assert disk.load("kernels", "k", "key") is None

@@ -146,7 +146,7 @@ def test_gpu_parts_of_csr_keep_a_canonical_one_and_sort_another():
 
 @pytest.mark.parametrize("bad, error", [("column out of range", ValueError), ("indptr decreases", ValueError),
                                         ("indptr short", ValueError), ("values too few", ValueError),
-                                        ("integer values", TypeError), ("row out of range", ValueError)])
+                                        ("complex values", TypeError), ("row out of range", ValueError)])
 def test_gpu_parts_refuse_malformed_graphs(bad, error):
     torch = pytest.importorskip("torch")
     from numbasparse import inputs
@@ -164,8 +164,8 @@ def test_gpu_parts_refuse_malformed_graphs(bad, error):
         indptr = torch.tensor([0, 3])
     elif bad == "values too few":
         values = values[:2]
-    elif bad == "integer values":
-        values = torch.tensor([1, 2, 3])
+    elif bad == "complex values":
+        values = torch.tensor([1j, 2j, 3j])
     with pytest.raises(error, match="A"):
         inputs._torch_csr_parts(indptr, indices, values, (2, 3), "A")
 
@@ -184,3 +184,16 @@ def test_a_csr_built_from_device_arrays_computes_and_downloads_only_when_asked()
     assert dev._host_copy is None  # HP's plans need only the row lengths
     np.testing.assert_allclose(C, spmm_reference(A, B), rtol=1e-5, atol=1e-5)
     assert (dev.to_scipy() != A).nnz == 0
+
+
+def test_gpu_parts_take_values_as_the_host_path_does():
+    torch = pytest.importorskip("torch")
+    from numbasparse import inputs
+
+    index = torch.tensor([[0, 1], [1, 0]])
+    parts = inputs._torch_coo_parts(index, torch.tensor([1, 2]), (2, 2), "A")  # integer values
+    assert parts[2].dtype == torch.float32
+    learned = torch.tensor([1.0, 2.0], requires_grad=True)
+    assert not inputs._torch_coo_parts(index, learned, (2, 2), "A")[2].requires_grad
+    with pytest.raises(TypeError, match="real"):
+        inputs._torch_coo_parts(index, torch.tensor([1j, 2j]), (2, 2), "A")

@@ -273,3 +273,11 @@ def test_a_graph_already_on_the_gpu_is_built_there():
     torch.testing.assert_close(first[0], out)
     torch.testing.assert_close(first[1], grad)
     assert graph._host_patterns == {}
+
+
+def test_graph_values_never_share_the_callers_memory():
+    values = torch.tensor([1.0, 2.0, 3.0])
+    A = torch.sparse_coo_tensor(torch.tensor([[0, 1, 2], [1, 2, 0]]), values, (3, 3))
+    g = nst.Graph(A)
+    g.values.mul_(10)
+    assert torch.equal(values, torch.tensor([1.0, 2.0, 3.0]))

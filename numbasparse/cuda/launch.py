@@ -47,11 +47,17 @@ def kernel_factory(factory):
     def make(*args, **kwargs):
         made = factory(*args, **kwargs)
         if _is_kernel(made):
-            constants = _module_constants(sys.modules[factory.__module__])
-            made._cache = KernelFiles(name, repr((args, sorted(kwargs.items()), constants)))
+            constants = "".join(_module_constants(sys.modules[m]) for m in (factory.__module__, *_SHARED_MODULES))
+            options = sorted((k, v) for k, v in made.targetoptions.items() if isinstance(v, (bool, int, float, str)))
+            made._cache = KernelFiles(name, repr((args, sorted(kwargs.items()), options, constants)))
         return made
 
     return make
+
+
+#: Modules whose constants every kernel may compile in (besides its own family module's).
+_SHARED_MODULES = ("numbasparse.cuda.intrinsics", "numbasparse.cuda.reductions", "numbasparse.cuda.device",
+                   "numbasparse.reductions")
 
 
 def _module_constants(module):
@@ -100,9 +106,12 @@ class KernelFiles:
     def key(self, sig, target_context):
         from numba.cuda.core import sigutils
 
+        toolchain = _toolchain()
+        if toolchain is None:  # numbasparse's sources changed since this process imported them
+            return None
         argtypes = sigutils.normalize_signature(sig)[0]
         return repr((self.name, self.config, tuple(str(t) for t in argtypes),
-                     target_context.codegen().magic_tuple(), _toolchain()))
+                     target_context.codegen().magic_tuple(), toolchain))
 
     def load_overload(self, sig, target_context):
         """The compiled kernel of ``sig`` from disk, or None (Numba then compiles it)."""
@@ -110,7 +119,8 @@ class KernelFiles:
 
         # (Numba's own cache refreshes the target context first: its typing registries, 0.3 s in a
         # new process, which a compiled kernel does not need; a miss compiles, which refreshes it.)
-        payload = disk.load("kernels", self.name, self.key(sig, target_context))
+        key = self.key(sig, target_context)
+        payload = disk.load("kernels", self.name, key) if key is not None else None
         if payload is None:
             kernel_file_counts["missed"] += 1
             return None
@@ -143,7 +153,8 @@ class KernelFiles:
         except Exception as exc:  # noqa: BLE001 (not serializable: stay in memory only)
             disk.log.debug("cannot serialize %s: %s", self.name, exc)
             return
-        if disk.store("kernels", self.name, self.key(sig, kernel.target_context), payload):
+        key = self.key(sig, kernel.target_context)
+        if key is not None and disk.store("kernels", self.name, key, payload):
             kernel_file_counts["stored"] += 1
 
     # The rest of Numba's cache interface
@@ -159,13 +170,46 @@ class KernelFiles:
         pass
 
 
-@functools.lru_cache(maxsize=None)
+def _source_files():
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent
+    return package, sorted(package.rglob("*.py"))
+
+
+def _source_stamps():
+    """(path, mtime, size) of numbasparse's sources."""
+    _, files = _source_files()
+    stamps = []
+    for path in files:
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        stamps.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return stamps
+
+
+#: The sources as this process imported them: a kernel is compiled from what was imported, so
+#: kernel files are neither read nor written once the files on disk differ (an upgrade or an
+#: edit while the process runs).
+_IMPORTED_SOURCES = _source_stamps()
+
+
 def _toolchain():
-    """Versions of what turns a kernel's Python into a cubin, and a hash of numbasparse's
-    sources (any change to the library makes new entries: stale ones are never read)."""
+    """Versions of what turns a kernel's Python into a cubin and a hash of numbasparse's sources
+    (any change to the library makes new entries: stale ones are never read); None when the
+    sources on disk are no longer those this process imported (then nothing is cached)."""
+    stamps = _source_stamps()
+    if stamps is None or stamps != _IMPORTED_SOURCES:
+        return None
+    return _toolchain_of_imported()
+
+
+@functools.lru_cache(maxsize=None)
+def _toolchain_of_imported():
     import hashlib
     import importlib.metadata
-    from pathlib import Path
 
     from numba.cuda.core import config
 
@@ -175,10 +219,13 @@ def _toolchain():
             versions.append(f"{dist}={importlib.metadata.version(dist)}")
         except importlib.metadata.PackageNotFoundError:
             versions.append(f"{dist}=?")
+    package, files = _source_files()
     sources = hashlib.sha256()
-    package = Path(__file__).resolve().parent.parent
-    for path in sorted(package.rglob("*.py")):
-        sources.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    try:
+        for path in files:
+            sources.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    except OSError:
+        return None
     return (*versions, f"opt={config.OPT}", sources.hexdigest()[:24])
 
 

@@ -193,3 +193,10 @@ def test_kernel_file_key_follows_the_family_module_constants(monkeypatch):
     before = launch._module_constants(hc)
     monkeypatch.setattr(hc, "FUSED_K", hc.FUSED_K // 2)
     assert launch._module_constants(hc) != before
+
+
+def test_kernel_files_are_off_once_the_sources_differ_from_those_imported(monkeypatch):
+    import numba
+
+    monkeypatch.setattr(launch, "_IMPORTED_SOURCES", [("elsewhere.py", 0, 0)])
+    assert launch.KernelFiles("hp.k", "(1,)").key((numba.float32[::1],), _TargetContext()) is None
