@@ -13,8 +13,10 @@ the halo's gradients back to their owners, which add them.  The local products a
 backend (gloo ranks, CPU tensors) or on the GPU kernels (NCCL ranks, one GPU each).
 
 Every rank builds the DistGraph from the same whole graph (as PyG's and DGL's full-graph
-trainers load it); the ranks check that they agree (same graph and partition) before any exchange,
-so a mismatch is a ValueError on every rank, not a hang.  Parameters stay replicated: average or
+trainers load it); the ranks check that they agree (same graph and partition) and that each built
+its part before any exchange, so a mismatch or an error on one rank is an error on every rank, not a
+hang.  (The operations check their operands' shapes on each rank: a rank that raises there leaves
+the others waiting in the exchange, as any collective does, until torch.distributed's timeout.)  Parameters stay replicated: average or
 sum their gradients as usual (``DistributedDataParallel`` or ``all_reduce``).
 """
 import hashlib
@@ -130,6 +132,29 @@ class DistGraph:
         self.device = torch.device(device)
         # gloo exchanges CPU tensors; NCCL exchanges CUDA tensors on this rank's GPU
         self._comm_device = torch.device("cpu") if dist.get_backend(group) == "gloo" else self.device
+        # Everything local first; then every rank learns whether all succeeded and hold the same
+        # graph (one all_gather), so an error on one rank is an error on every rank, not a hang.
+        failure, local_of = None, None
+        try:
+            local_of = self._prepare(A, partition, method, dtype)
+        except Exception as exc:  # noqa: BLE001 (raised on this rank after the agreement below)
+            failure = exc
+        self._agree(failure)
+
+        # The plan: I receive my halo from its owners; each rank tells each owner which rows.
+        self._recv_counts = np.bincount(self.partition.owner[self.halo], minlength=self.world).astype(np.int64)
+        self._send_counts = self._all_to_all_counts(self._recv_counts)
+        requested = self._all_to_all_rows(torch.as_tensor(self.halo, dtype=torch.int64), self._recv_counts,
+                                           self._send_counts).cpu().numpy()
+        send_local = local_of[requested]
+        if len(send_local) and (send_local.min() < 0 or send_local.max() >= self.n_owned):
+            raise RuntimeError("internal error: a rank asked for rows this rank does not own")
+        self._send_index = torch.as_tensor(send_local, dtype=torch.int64, device=self.device)
+
+    def _prepare(self, A, partition, method, dtype):
+        """This rank's part, computed locally: the checks, the partition, its rows with columns
+        renumbered (owned nodes first, then the halo by (owner, id)) and their Graph.  Returns the
+        map from global node to local column."""
         A = _square(A)
         part = _make_partition(A, self.world, method) if partition is None else partition
         if not isinstance(part, Partition):
@@ -137,49 +162,44 @@ class DistGraph:
         if part.n_parts != self.world or part.owner.shape != (A.shape[0],):
             raise ValueError(f"partition is for {part.n_parts} ranks and {part.owner.shape[0]} nodes; the group has "
                              f"{self.world} ranks and A {A.shape[0]} nodes")
-        self._agree(A, part)
+        h = hashlib.sha256()
+        for array in (np.asarray(A.shape), A.indptr.astype(np.int64), A.indices.astype(np.int64), A.data):
+            h.update(np.ascontiguousarray(array).tobytes())
+        h.update(part.fingerprint())
+        self._fingerprint = h.digest()
         self.partition = part
         self.nodes = part.nodes(self.rank)
         self.n_owned = len(self.nodes)
         self.shape = A.shape
-
-        # This rank's rows; columns renumbered: owned nodes first, then the halo by (owner, id).
         rows = A[self.nodes]
         cols = rows.indices
         local_of = np.full(A.shape[0], -1, dtype=np.int64)
         local_of[self.nodes] = np.arange(self.n_owned)
         halo = np.unique(cols[part.owner[cols] != self.rank])
-        halo = halo[np.argsort(part.owner[halo], kind="stable")]
-        self.halo = halo
-        self.n_halo = len(halo)
-        local_of[halo] = self.n_owned + np.arange(self.n_halo)
+        self.halo = halo[np.argsort(part.owner[halo], kind="stable")]
+        self.n_halo = len(self.halo)
+        local_of[self.halo] = self.n_owned + np.arange(self.n_halo)
         local = sp.csr_matrix((rows.data, local_of[cols], rows.indptr), shape=(self.n_owned, self.n_owned + self.n_halo))
         self.graph = nst.Graph(local, device=self.device, dtype=dtype)
         self.values = self.graph.values
-        self._global_cols = np.concatenate([self.nodes, halo])
-
-        # The plan: I receive my halo from its owners; each rank tells each owner which rows.
-        self._recv_counts = np.bincount(part.owner[halo], minlength=self.world).astype(np.int64)
-        self._send_counts = self._all_to_all_counts(self._recv_counts)
-        requested = self._all_to_all_rows(torch.as_tensor(halo, dtype=torch.int64), self._recv_counts,
-                                           self._send_counts).cpu().numpy()
-        send_local = local_of[requested]
-        if len(send_local) and (send_local.min() < 0 or send_local.max() >= self.n_owned):
-            raise RuntimeError("internal error: a rank asked for rows this rank does not own")
-        self._send_index = torch.as_tensor(send_local, dtype=torch.int64, device=self.device)
-        self._recv_index = None
+        self._global_cols = np.concatenate([self.nodes, self.halo])
+        return local_of
 
     # -- agreement and plan ------------------------------------------------------------------
 
-    def _agree(self, A, part):
-        """Every rank must hold the same graph and partition: compare fingerprints (all_gather)."""
-        h = hashlib.sha256()
-        for array in (np.asarray(A.shape), A.indptr.astype(np.int64), A.indices.astype(np.int64), A.data):
-            h.update(np.ascontiguousarray(array).tobytes())
-        h.update(part.fingerprint())
-        mine = torch.frombuffer(bytearray(h.digest()), dtype=torch.uint8).to(self._comm_device)
+    def _agree(self, failure):
+        """One all_gather of (this rank's preparation succeeded, fingerprint of its graph and
+        partition): raise on every rank if any rank failed or the ranks disagree."""
+        ok = failure is None
+        mine = torch.frombuffer(bytearray(bytes([ok]) + (self._fingerprint if ok else bytes(32))),
+                                dtype=torch.uint8).to(self._comm_device)
         everyone = [torch.empty_like(mine) for _ in range(self.world)]
         dist.all_gather(everyone, mine, group=self.group)
+        if failure is not None:
+            raise failure
+        failed = [r for r, f in enumerate(everyone) if not f[0]]
+        if failed:
+            raise ValueError(f"ranks {failed} could not build their part of the DistGraph (their error says why)")
         differ = [r for r, f in enumerate(everyone) if not torch.equal(f, everyone[0])]
         if differ:
             raise ValueError(f"A or the partition differ across ranks (ranks {differ} differ from rank 0): every rank "

@@ -101,6 +101,10 @@ def _check_mismatch_is_refused(rank, world):
         nsd.spmm(dg, torch.zeros(dg.n_owned + 1, 3, dtype=torch.float32))
     with pytest.raises(ValueError, match="ranks"):
         nsd.DistGraph(graphs.powerlaw(300, seed=1), partition=nsd.partition(graphs.powerlaw(300, seed=1), world + 1))
+    # one rank's bad argument: an error on that rank and on the other, no hang
+    wrong = nsd.partition(graphs.powerlaw(300, seed=1), world + (rank == 1))
+    with pytest.raises(ValueError, match="partition is for" if rank == 1 else "could not build"):
+        nsd.DistGraph(graphs.powerlaw(300, seed=1), partition=wrong)
 
 
 def test_different_graphs_on_different_ranks_are_an_error_on_every_rank():
