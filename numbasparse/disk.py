@@ -7,7 +7,9 @@ kernels (``kernels/``, see :mod:`numbasparse.cuda.launch`) and the tuner's sched
 
 An entry is one file: a magic line, the SHA-256 of the rest, the entry's full key and its payload.
 A file is written under a unique temporary name and renamed into place, so a reader sees a whole
-entry or none, and two processes writing the same entry at once leave one of them.  A file that is
+entry or none, and two processes writing the same entry at once leave one of them.  A file that
+several processes update (the tuner's JSON) is read, changed and written under a lock
+(:func:`locked`), so no process's entry is lost.  A file that is
 truncated, corrupt, of another format version or of another key (a hash collision, a foreign
 file) reads as missing and is overwritten by the next write; nothing here raises on bad files or an
 unwritable directory (the cache is then simply not used).
@@ -15,6 +17,7 @@ unwritable directory (the cache is then simply not used).
 The CPU kernels use Numba's own cache (``numba.njit(cache=True)``: ``__pycache__`` beside the
 sources, or Numba's user-wide directory where that is read-only; ``NUMBA_CACHE_DIR`` moves it).
 """
+import contextlib
 import hashlib
 import logging
 import os
@@ -64,6 +67,27 @@ def write_atomic(path, data):
         except OSError:
             pass
         return False
+
+
+@contextlib.contextmanager
+def locked(path):
+    """Hold an exclusive lock on ``path``'s sibling lock file for a read-modify-write of ``path``
+    (other processes doing the same wait); without a lock (no fcntl, an unwritable directory)
+    the block runs unlocked, and a concurrent update may then be lost, never torn."""
+    handle = None
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path.with_name(path.name + ".lock"), "a")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    except (ImportError, OSError) as exc:
+        log.debug("no lock for %s: %s", path, exc)
+    try:
+        yield
+    finally:
+        if handle is not None:
+            handle.close()  # (releases the lock)
 
 
 def entry_path(section, name, key):

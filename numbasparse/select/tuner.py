@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..cuda.tiled import Schedule, SddmmSchedule, schedule_space, sddmm_schedule_space
-from ..disk import cache_dir, write_atomic
+from ..disk import cache_dir, locked, write_atomic
 
 WARP = 32
 
@@ -149,12 +149,13 @@ def store(key, schedule, record):
     path = cache_path()
     if path is None:
         return
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        doc = {}
-    doc[key] = dict(record, schedule=asdict(schedule))
-    write_atomic(path, json.dumps(doc, indent=1).encode())
+    with locked(path):  # (other processes may be storing their schedules)
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            doc = {}
+        doc[key] = dict(record, schedule=asdict(schedule))
+        write_atomic(path, json.dumps(doc, indent=1).encode())
 
 
 def tune(row_lengths, n_cols, time_schedule, device, *, top_k=8, value_itemsize=4, index_itemsize=4, op="spmm"):

@@ -90,3 +90,30 @@ def test_schedule_is_tuned_once_then_taken_from_memory_and_disk(tmp_path, monkey
     assert tuner.schedule_for(dev, 16, np.float32) == first  # from the CSR's memory
     sddmm = tuner.schedule_for(dev, 16, np.float32, "sddmm")
     assert len(calls) == 16 and sddmm == calls[8]  # its first 0 ms: call 9
+
+
+def _store_many(directory, first, count, go):
+    import os
+
+    os.environ["NUMBASPARSE_CACHE"] = directory
+    go.wait()  # all writers start together
+    for i in range(first, first + count):
+        tuner.store(tuner.cache_key("H100", f"g{i}", 64, np.float32), Schedule(1, 32, 1, 32, False), {"i": i})
+
+
+def test_processes_storing_schedules_at_once_keep_every_entry(tmp_path, monkeypatch):
+    import multiprocessing
+
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path))
+    context = multiprocessing.get_context("spawn")
+    go = context.Event()
+    workers = [context.Process(target=_store_many, args=(str(tmp_path), 1000 * w, 150, go)) for w in range(4)]
+    for w in workers:
+        w.start()
+    go.set()
+    for w in workers:
+        w.join()
+        assert w.exitcode == 0
+    missing = [i for w in range(4) for i in range(1000 * w, 1000 * w + 150)
+               if tuner.load_cached(tuner.cache_key("H100", f"g{i}", 64, np.float32)) is None]
+    assert missing == []
