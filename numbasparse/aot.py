@@ -6,9 +6,9 @@ run on: every later process loads these kernels instead of compiling them (:mod:
 
 Which kernel ``auto`` runs depends on N, the dtypes and the graph (row lengths, hub rows, density),
 so the configurations are reached the way a user reaches them: by calling the public functions on
-three small synthetic graphs whose shapes lead ``auto`` to each of its kernel variants: short rows
-(HP, one launch), power-law rows with hubs (HP with deeper gathers and the two-launch mode), dense
-rows (column slab, N >= 64).
+four small synthetic graphs whose shapes lead ``auto`` to each of its kernel variants: short rows
+(HP, one launch), short rows with one hub row (HP's two-launch mode), power-law rows (HP with
+deeper gathers), dense rows (column slab, N >= 64).
 """
 import sys
 import time
@@ -30,9 +30,11 @@ def _graphs():
 
     rng = np.random.default_rng(0)
     short = sp.random(4096, 4096, density=4 / 4096, format="csr", random_state=rng)
+    star = short.tolil()
+    star[0, :] = 1.0  # short rows and one hub row spanning many blocks
     hubs = graphs.rmat(13, 16)
     dense = sp.random(2048, 2048, density=0.04, format="csr", random_state=rng)
-    return {"short rows": short, "power-law rows": hubs, "dense rows": dense}
+    return {"short rows": short, "short rows, one hub": star.tocsr(), "power-law rows": hubs, "dense rows": dense}
 
 
 def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DTYPES, progress=True):

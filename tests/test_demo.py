@@ -1,4 +1,5 @@
 """``python -m numbasparse demo`` runs, checks and prints a table."""
+import pytest
 import scipy.sparse as sp
 
 from numbasparse import graphs
@@ -17,3 +18,19 @@ def test_demo_refuses_missing_directory(tmp_path, capsys):
 
     with pytest.raises(SystemExit):
         main(["demo", "--data", str(tmp_path / "nope")])
+
+
+def test_compile_without_a_gpu_says_so(capsys):
+    """``python -m numbasparse compile`` needs a real GPU: elsewhere (the simulator too) it exits 1
+    with the reason, compiling nothing."""
+    from numbasparse.cuda.device import gpu_present
+
+    if gpu_present():
+        pytest.skip("a GPU is present: compile would run (tests/cuda/test_launch.py covers it)")
+    assert main(["compile", "--n", "8"]) == 1
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_compile_refuses_bad_widths():
+    with pytest.raises(SystemExit):
+        main(["compile", "--n", "0,x"])

@@ -306,3 +306,23 @@ def test_a_torch_graph_on_the_gpu_is_converted_there(layout):
     assert dev._host_copy is None
     assert_close(C.cpu().numpy(), spmm_reference(A, B.cpu().numpy()), np.float32)
     assert_close(ns.spmm(t, B, reduce="max").cpu().numpy(), spmm_reference(A, B.cpu().numpy(), "max"), np.float32)
+
+
+def test_a_cuda_dlpack_array_is_read_in_place():
+    torch = pytest.importorskip("torch")
+
+    class DLPackOnly:
+        def __init__(self, tensor):
+            self.tensor = tensor
+
+        def __dlpack__(self, **kwargs):
+            return self.tensor.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.tensor.__dlpack_device__()
+
+    A = graphs.rmat(10, 8).astype(np.float32)
+    B = torch.randn(A.shape[1], 40, device="cuda")
+    C = ns.spmm(A, DLPackOnly(B))
+    assert isinstance(C, torch.Tensor) and C.is_cuda
+    assert_close(C.cpu().numpy(), spmm_reference(A, B.cpu().numpy()), np.float32)

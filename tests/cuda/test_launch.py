@@ -200,3 +200,31 @@ def test_kernel_files_are_off_once_the_sources_differ_from_those_imported(monkey
 
     monkeypatch.setattr(launch, "_IMPORTED_SOURCES", [("elsewhere.py", 0, 0)])
     assert launch.KernelFiles("hp.k", "(1,)").key((numba.float32[::1],), _TargetContext()) is None
+
+
+@pytest.mark.gpu
+def test_precompiled_kernels_serve_a_new_process_on_graphs_it_never_saw(tmp_path):
+    """precompile(n=[64]) then, in a new process, auto's spmm (sum, max) and sddmm on R-MAT and
+    the bundled graph at N = 64: every kernel is loaded, none compiled."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBASPARSE_CACHE=str(tmp_path))
+    subprocess.run([sys.executable, "-m", "numbasparse", "compile", "--n", "64"], env=env, check=True,
+                   capture_output=True)
+    code = """if True:
+        import json, numpy as np, numbasparse as ns
+        from numba import cuda
+        from numbasparse import graphs
+        from numbasparse.cuda import launch
+        for A in (graphs.rmat(14, 8), graphs.default_graph()):
+            csr = ns.CSR.from_scipy(A.astype(np.float32))
+            B = cuda.to_device(np.random.default_rng(0).standard_normal((A.shape[1], 64)).astype(np.float32))
+            ns.spmm(csr, B); ns.spmm(csr, B, reduce="max"); ns.sddmm(csr, B, B)
+        print(json.dumps(launch.kernel_file_counts))
+    """
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    counts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert counts["loaded"] > 0 and counts["missed"] == 0, counts
