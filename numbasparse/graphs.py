@@ -140,9 +140,20 @@ def load_npz_dir(directory):
     return {path.stem: sp.csr_matrix(sp.load_npz(path)) for path in sorted(directory.glob("*.npz"))}
 
 
+def shuffled(A, seed=0):
+    """``A`` with its node ids in a random order (a seeded permutation of rows and columns): how a
+    graph file with hashed or crawl-order ids looks.  ``A``: square."""
+    from .reorder import permute
+
+    return permute(A, np.random.default_rng(seed).permutation(A.shape[0]))
+
+
 def from_spec(spec):
     """A graph from a command-line spec: ``default``, ``rmat:SCALE[:EDGEFACTOR]``,
-    ``powerlaw:NODES[:DEGREE]`` or a path to a ``.npz`` file."""
+    ``powerlaw:NODES[:DEGREE]``, a path to a ``.npz`` file, or ``shuffle:`` before any of those
+    (its node ids randomly permuted)."""
+    if spec.startswith("shuffle:"):  # shuffle:SPEC: that graph with its node ids permuted (seed 0)
+        return shuffled(from_spec(spec[len("shuffle:"):]))
     kind, _, rest = spec.partition(":")
     args = [a for a in rest.split(":") if a]
     try:
@@ -157,4 +168,5 @@ def from_spec(spec):
     else:
         if spec.endswith(".npz") and Path(spec).is_file():
             return sp.csr_matrix(sp.load_npz(spec))
-    raise ValueError(f"graph spec must be default, rmat:SCALE[:EF], powerlaw:N[:DEG] or a .npz path, got {spec!r}")
+    raise ValueError(f"graph spec must be default, rmat:SCALE[:EF], powerlaw:N[:DEG] or a .npz path (any of them "
+                     f"after shuffle:), got {spec!r}")

@@ -8,7 +8,7 @@ from . import api, arrays, dispatch
 from .cuda.device import gpu_present
 from .csr import CSR, canonical_csr
 
-REORDERINGS = (None, "louvain", "loa")
+REORDERINGS = (None, "louvain", "loa", "rcm", "degree")
 
 
 class Plan:
@@ -41,6 +41,12 @@ class Plan:
             from .reorder import loa
 
             perm = loa(host, **reorder_args)
+        elif reorder in ("rcm", "degree"):
+            from .reorder import degree_order, rcm_order
+
+            if reorder_args:
+                raise TypeError(f"reorder={reorder!r} takes no arguments, got {sorted(reorder_args)}")
+            perm = (rcm_order if reorder == "rcm" else degree_order)(host)
         else:
             perm = None
         self.reorder_seconds = time.perf_counter() - t0
@@ -126,8 +132,9 @@ class Plan:
 def prepare(A, *, reorder=None, algorithm="auto", backend="auto", dtype=None, index_dtype=None, **reorder_args):
     """Upload ``A`` once (and reorder it) for repeated ``plan.spmm(B)`` / ``plan.sddmm(X, Y)``.
 
-    reorder: None, "louvain" (HP-SpMM's graph-clustering order, :func:`reorder.cluster_order`)
-        or "loa" (HC-SpMM's layout reorganization, :func:`reorder.loa`); extra keyword
-        arguments go to the reordering (``seed``, ``resolution``, ``window``, ``vertex_window``).
+    reorder: None, "louvain" (HP-SpMM's graph-clustering order, :func:`reorder.cluster_order`),
+        "loa" (HC-SpMM's layout reorganization, :func:`reorder.loa`), "rcm" or "degree" (cheap
+        locality orders: :func:`reorder.rcm_order`, :func:`reorder.degree_order`); extra keyword
+        arguments go to louvain/loa (``seed``, ``resolution``, ``window``, ``vertex_window``).
     """
     return Plan(A, reorder, algorithm, backend, dtype, index_dtype, reorder_args)

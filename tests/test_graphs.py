@@ -49,6 +49,8 @@ def test_bad_spec_is_refused(spec):
 
 def test_specs():
     assert graphs.from_spec("rmat:8:4").shape == (256, 256)
+    shuffled = graphs.from_spec("shuffle:rmat:8:4")
+    assert shuffled.nnz == graphs.from_spec("rmat:8:4").nnz and (shuffled != graphs.from_spec("rmat:8:4")).nnz
     assert graphs.from_spec("default").shape[0] == graphs.default_graph().shape[0]
 
 

@@ -48,6 +48,6 @@ def test_plan_on_device_arrays_small():
 
 def test_prepare_refuses_bad_arguments(graph):
     with pytest.raises(ValueError, match="reorder"):
-        ns.prepare(graph, reorder="rcm")
+        ns.prepare(graph, reorder="metis")
     with pytest.raises(ValueError, match="square"):
         ns.prepare(sp.random(4, 5, format="csr"), reorder="loa")

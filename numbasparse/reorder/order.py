@@ -45,6 +45,25 @@ def cluster_order(A, **louvain_args):
     return np.argsort(rank[labels], kind="stable")
 
 
+def rcm_order(A):
+    """Reverse Cuthill-McKee order of the symmetrised pattern (scipy's): a breadth-first order
+    that keeps each node's neighbours close to it, so the rows of B that consecutive rows read
+    are close together (a cheap locality order: no communities, O(nnz)).  ``A``: a square
+    scipy.sparse matrix without NaN/inf weights (ValueError)."""
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    A = graph_copy(A, non_negative=False, dtype=None)
+    pattern = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
+    return np.asarray(reverse_cuthill_mckee((pattern + pattern.T).tocsr(), symmetric_mode=True), dtype=np.int64)
+
+
+def degree_order(A):
+    """Nodes by decreasing degree (row length), ties in their original order: the hubs, whose
+    rows of B most rows read, first and together."""
+    A = graph_copy(A, non_negative=False, dtype=None)
+    return np.argsort(-np.diff(A.indptr), kind="stable").astype(np.int64)
+
+
 def row_window_stats(A, window=16):
     """Per window of ``window`` consecutive rows: (nnz, non-zero columns, computing intensity
     = nnz / non-zero columns, 0 for an empty window), as three arrays (HC-SpMM, paper 001).
