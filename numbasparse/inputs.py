@@ -127,8 +127,9 @@ def gpu_csr_parts(A, name="A"):
         import torch
 
         index = A.as_tensor()
-        largest = int(index.max()) + 1 if index.numel() else 0
-        shape = tuple(largest if n is None else int(n) for n in A.sparse_size())
+        sizes = A.sparse_size()
+        largest = (int(index.max()) + 1 if index.numel() else 0) if None in sizes else None  # (a sync: only if needed)
+        shape = tuple(largest if n is None else int(n) for n in sizes)
         return _torch_coo_parts(index, torch.ones(index.shape[1], dtype=torch.float32, device=index.device), shape,
                                 name)
     if module == "torch_sparse" and hasattr(A, "csr"):  # torch_sparse.SparseTensor
@@ -189,9 +190,12 @@ def _torch_csr_parts(indptr, indices, values, shape, name):
         raise ValueError(f"{name}'s indptr must start at 0, never decrease and end at nnz ({nnz})")
     if nnz and (int(indices.min()) < 0 or int(indices.max()) >= shape[1]):
         raise ValueError(f"{name} has a column index outside 0..{shape[1] - 1}")
-    rows = torch.repeat_interleave(torch.arange(shape[0], device=indptr.device), indptr[1:] - indptr[:-1])
-    out_of_order = (indices[1:] <= indices[:-1]) & (rows[1:] == rows[:-1])
+    # as csr.is_canonical: a decrease of the column index is fine only where a new row starts
+    out_of_order = indices[1:] <= indices[:-1]
+    starts = indptr[1:-1]
+    out_of_order[starts[(starts > 0) & (starts < nnz)] - 1] = False
     if bool(out_of_order.any()):
+        rows = torch.repeat_interleave(torch.arange(shape[0], device=indptr.device), indptr[1:] - indptr[:-1])
         return _torch_coo_parts(torch.stack([rows, indices]), values, shape, name)
     return _narrowed(indptr, indices, values, shape)
 

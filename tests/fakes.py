@@ -36,3 +36,16 @@ def stand_in_driver(monkeypatch):
     fast = launch._FastLaunch(compiled)
     fast.n_slots = len(fast.slots)
     return SimpleNamespace(calls=calls, fast=fast)
+
+
+class DLPackOnly:
+    """An array of another framework that speaks DLPack only (as JAX's do), wrapping ``array``."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from fakes import DLPackOnly
 from numbasparse.arrays import DeviceView, dense
 
 
@@ -101,19 +102,6 @@ def test_an_output_too_large_for_the_gpu_raises_memory_error():
         arrays.empty_like_framework(B, (2**20, 2**20), np.dtype(np.float32))  # 4 TiB
 
 
-class _DLPackOnly:
-    """An array of another framework that speaks DLPack only (as JAX's do)."""
-
-    def __init__(self, array):
-        self.array = array
-
-    def __dlpack__(self, **kwargs):
-        return self.array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.array.__dlpack_device__()
-
-
 def test_dlpack_arrays_are_taken_without_a_copy():
     import scipy.sparse as sp
 
@@ -121,16 +109,16 @@ def test_dlpack_arrays_are_taken_without_a_copy():
     from numbasparse import arrays
 
     B = np.random.default_rng(0).standard_normal((6, 3))
-    seen = arrays.dense(_DLPackOnly(B), "B", 2)
+    seen = arrays.dense(DLPackOnly(B), "B", 2)
     assert np.shares_memory(seen.array, B)
     A = sp.random(5, 6, density=0.5, format="csr", random_state=1)
-    np.testing.assert_allclose(ns.spmm(A, _DLPackOnly(B)), ns.spmm(A, B))
+    np.testing.assert_allclose(ns.spmm(A, DLPackOnly(B)), ns.spmm(A, B))
 
 
 def test_dlpack_array_on_another_device_is_refused_by_name():
     from numbasparse import arrays
 
-    class Elsewhere(_DLPackOnly):
+    class Elsewhere(DLPackOnly):
         def __dlpack_device__(self):
             return (14, 0)  # a oneAPI device
 
@@ -145,4 +133,4 @@ def test_a_dlpack_array_cannot_be_out():
 
     A = sp.random(5, 6, density=0.5, format="csr", random_state=1)
     with pytest.raises(TypeError, match="out must be"):
-        ns.spmm(A, np.ones((6, 3)), out=_DLPackOnly(np.zeros((5, 3))))
+        ns.spmm(A, np.ones((6, 3)), out=DLPackOnly(np.zeros((5, 3))))

@@ -310,16 +310,7 @@ def test_a_torch_graph_on_the_gpu_is_converted_there(layout):
 
 def test_a_cuda_dlpack_array_is_read_in_place():
     torch = pytest.importorskip("torch")
-
-    class DLPackOnly:
-        def __init__(self, tensor):
-            self.tensor = tensor
-
-        def __dlpack__(self, **kwargs):
-            return self.tensor.__dlpack__(**kwargs)
-
-        def __dlpack_device__(self):
-            return self.tensor.__dlpack_device__()
+    from fakes import DLPackOnly
 
     A = graphs.rmat(10, 8).astype(np.float32)
     B = torch.randn(A.shape[1], 40, device="cuda")
