@@ -10,7 +10,7 @@ from ._compat import scipy_sparse as sp
 
 from . import arrays, dispatch, replay
 from .csr import CSR, canonical_csr, is_canonical, sparse_operand
-from .dtypes import INDEX_DTYPES
+from .dtypes import INDEX_DTYPES, compute_dtype, is_half, storage_dtype
 from .cuda import hc
 from .cuda.device import allocating
 from .reductions import NAMES as REDUCTIONS
@@ -42,23 +42,45 @@ def _device_csr(A, dtype, operand):
     if isinstance(A, CSR):
         _check_csr_dtype(A, dtype, operand)
         return A
-    return CSR(canonical_csr(A, dtype=dtype, checked=True))
+    return CSR(canonical_csr(A, dtype=dtype, checked=True), dtype=dtype)
 
 
 def _to_device(*host_arrays):
     """Device copies of host operands, for the CUDA backend (MemoryError naming the size when the
-    GPU's memory is exhausted)."""
+    GPU's memory is exhausted); 16-bit floats as their uint16 bits, as the kernels read them."""
     from numba import cuda
 
     with allocating("device copies of the operands", sum(a.nbytes for a in host_arrays)):
-        return [cuda.to_device(a) for a in host_arrays]
+        return [cuda.to_device(arrays.device_storage(a)) for a in host_arrays]
 
 
 def _device_empty(shape, dtype):
     from numba import cuda
 
     with allocating(f"an output of shape {shape}", int(np.prod(shape)) * np.dtype(dtype).itemsize):
-        return cuda.device_array(shape, dtype=dtype)
+        return cuda.device_array(shape, dtype=storage_dtype(dtype))
+
+
+def _download(C_dev, dtype, out=None):
+    """A device result of ``dtype`` values as a host array (into ``out`` when given)."""
+    if out is not None:
+        C_dev.copy_to_host(arrays.device_storage(out))
+        return out
+    return arrays.host_values(C_dev.copy_to_host(), dtype)
+
+
+def _cpu_operands(dtype, *host_arrays):
+    """Host operands as the CPU kernels take them: 16-bit floats widened to float32 (they
+    compute in float32, as the GPU kernels do)."""
+    return [a.astype(np.float32) if is_half(dtype) else a for a in host_arrays]
+
+
+def _cpu_result(C, dtype, out=None):
+    """A CPU kernel's result (float32 for 16-bit operands) rounded to ``dtype``, into ``out``."""
+    if out is not None and C is not out:
+        out[...] = C
+        return out
+    return C.astype(dtype) if C.dtype != dtype else C
 
 
 def _operands(*named):
@@ -151,12 +173,14 @@ def _spmm(A, B, reduce, algorithm, backend, out, record):
     if b.shape[0] != k:
         raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
     algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], A.nnz, reduce, (m, k),
-                            b.dtype.itemsize, A.cache if isinstance(A, CSR) else None)
+                            b.dtype.itemsize, A.cache if isinstance(A, CSR) else None, dtype=b.dtype)
     shape = (m, b.shape[1])
     result, C = _output(out, b, shape, b.dtype, A)
 
     if algo.backend == "cpu":
-        C = algo.run(_host_csr(A, b.dtype, "B"), b.array, reduce, out=C)
+        (B32,) = _cpu_operands(b.dtype, b.array)
+        C = _cpu_result(algo.run(_host_csr(A, b.dtype, "B"), B32, reduce, out=None if is_half(b.dtype) else C),
+                        b.dtype, C)
         return arrays.host_result(b, C) if result is None else result
 
     dev = _device_csr(A, b.dtype, "B")
@@ -166,7 +190,7 @@ def _spmm(A, B, reduce, algorithm, backend, out, record):
         return result
     (B_dev,), C_dev = _to_device(b.array), _device_empty(shape, b.dtype)
     algo.run(dev, B_dev, C_dev, reduce)
-    C = C_dev.copy_to_host(C) if C is not None else C_dev.copy_to_host()
+    C = _download(C_dev, b.dtype, C)
     return arrays.host_result(b, C) if result is None else result
 
 
@@ -197,12 +221,12 @@ def _sddmm(A, X, Y, algorithm, backend, record):
         raise ValueError(f"A is {m}x{n}, so X must have {m} rows and Y {n} rows; got X {x.shape}, Y {y.shape}")
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"X and Y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
-    algo = dispatch.resolve("sddmm", algorithm, backend, x.on_device, x.shape[1], A.nnz)
+    algo = dispatch.resolve("sddmm", algorithm, backend, x.on_device, x.shape[1], A.nnz, dtype=x.dtype)
 
     if algo.backend == "cpu":
         host = _host_csr(A, x.dtype, "X")
-        values = algo.run(host, x.array, y.array)
-        return sp.csr_matrix((values, host.indices.copy(), host.indptr.copy()), shape=host.shape)
+        values = _cpu_result(algo.run(host, *_cpu_operands(x.dtype, x.array, y.array)), x.dtype)
+        return _scipy_result(values, host)
 
     dev = _device_csr(A, x.dtype, "X")
     if x.on_device:
@@ -212,8 +236,14 @@ def _sddmm(A, X, Y, algorithm, backend, record):
         return result
     values = _device_empty((dev.nnz,), x.dtype)
     algo.run(dev, *_to_device(x.array, y.array), values)
-    host = dev._host
-    return sp.csr_matrix((values.copy_to_host(), host.indices.copy(), host.indptr.copy()), shape=host.shape)
+    return _scipy_result(_download(values, x.dtype), dev._host)
+
+
+def _scipy_result(values, host):
+    """SDDMM's values on the host as a scipy CSR of A's pattern (float32 for 16-bit values: scipy
+    holds no 16-bit floats; the values are those of the operands' dtype)."""
+    return sp.csr_matrix((values.astype(compute_dtype(values.dtype), copy=False), host.indices.copy(),
+                          host.indptr.copy()), shape=host.shape)
 
 
 def spmm_dense(A, X, W, *, backend="auto"):
@@ -236,10 +266,11 @@ def spmm_dense(A, X, W, *, backend="auto"):
     if w.shape[0] != x.shape[1]:
         raise ValueError(f"X has {x.shape[1]} columns but W has {w.shape[0]} rows (W is {w.shape})")
     shape = (m, w.shape[1])
-    algo = dispatch.resolve("spmm", "auto", backend, x.on_device, x.shape[1], A.nnz)
+    algo = dispatch.resolve("spmm", "auto", backend, x.on_device, x.shape[1], A.nnz, dtype=x.dtype)
     if algo.backend == "cpu":
-        Z = algo.run(_host_csr(A, x.dtype, "X"), x.array, "sum")
-        return arrays.host_result(x, Z @ w.array)
+        x32, w32 = _cpu_operands(x.dtype, x.array, w.array)
+        Z = algo.run(_host_csr(A, x.dtype, "X"), x32, "sum")
+        return arrays.host_result(x, _cpu_result(Z @ w32, x.dtype))
 
     dev = _device_csr(A, x.dtype, "X")
     if x.on_device:
@@ -248,7 +279,7 @@ def spmm_dense(A, X, W, *, backend="auto"):
         return result
     out = _device_empty(shape, x.dtype)
     hc.spmm_dense(dev, *_to_device(x.array, w.array), out)
-    return arrays.host_result(x, out.copy_to_host())
+    return arrays.host_result(x, _download(out, x.dtype))
 
 
 def sddmm_spmm(A, X, Y, Z, *, fused=True, backend="auto"):
@@ -284,14 +315,15 @@ def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"{names[0]} and {names[1]} must have the same number of columns, "
                          f"got {x.shape[1]} and {y.shape[1]}")
-    algo = dispatch.resolve("sddmm", "auto", backend, x.on_device, x.shape[1], A.nnz)
+    algo = dispatch.resolve("sddmm", "auto", backend, x.on_device, x.shape[1], A.nnz, dtype=x.dtype)
     shape = (m, z.shape[1])
     if algo.backend == "cpu":
         from . import cpu
 
         host = _host_csr(A, x.dtype, names[0])
         run = cpu.attention_rows if softmax else cpu.sddmm_spmm_rows
-        return arrays.host_result(x, run(host, x.array, y.array, z.array))
+        return arrays.host_result(x, _cpu_result(run(host, *_cpu_operands(x.dtype, x.array, y.array, z.array)),
+                                                 x.dtype))
 
     dev = _device_csr(A, x.dtype, names[0])
     if x.on_device:
@@ -301,7 +333,7 @@ def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
         return result
     out = _device_empty(shape, x.dtype)
     dispatch.sddmm_then_spmm(dev, *_to_device(x.array, y.array, z.array), out, softmax=softmax, fuse=fused)
-    return arrays.host_result(x, out.copy_to_host())
+    return arrays.host_result(x, _download(out, x.dtype))
 
 
 def algorithms(op):

@@ -16,7 +16,7 @@ import numpy as np
 
 from .cuda.intrinsics import MAX_ROW_BYTES
 from .cuda.launch import MAX_ALIGNMENT, abi_of, external_stream
-from .dtypes import check_value_dtype
+from .dtypes import check_value_dtype, is_half, storage_dtype
 
 
 class DeviceView:
@@ -25,7 +25,8 @@ class DeviceView:
     kernels accept it directly (it exports the interface again, and ``abi`` is how the fast
     launch passes it: :func:`numbasparse.cuda.launch.kernel_abi`, None when not C-contiguous)."""
 
-    __slots__ = ("owner", "ptr", "shape", "strides", "dtype", "ndim", "size", "nbytes", "_contiguous", "abi")
+    __slots__ = ("owner", "ptr", "shape", "strides", "dtype", "logical", "ndim", "size", "nbytes", "_contiguous",
+                 "abi")
 
     def __init__(self, owner, interface):
         self.owner = owner  # keeps the memory alive
@@ -38,8 +39,8 @@ class DeviceView:
     def of_torch(cls, tensor):
         """The view of a CUDA tensor from its attributes (torch builds its
         ``__cuda_array_interface__`` in Python: several times slower)."""
-        dtype = _TORCH_DTYPES.get(tensor.dtype)
-        if dtype is None:  # not float32/float64: let the interface name the dtype for the error
+        dtype = _torch_dtypes().get(tensor.dtype)
+        if dtype is None:  # not a value dtype: let the interface name the dtype for the error
             return cls(tensor, tensor.__cuda_array_interface__)
         view = object.__new__(cls)
         view.owner = tensor
@@ -51,9 +52,12 @@ class DeviceView:
         return view
 
     def _set(self, ptr, shape, strides, dtype):
-        """Fill the fields; ``strides`` None means C-contiguous."""
+        """Fill the fields; ``strides`` None means C-contiguous.  The kernels see a 16-bit float
+        array as its uint16 bits (``dtype``); ``logical`` is the values' dtype."""
         self.ptr = ptr
         self.shape = shape
+        self.logical = dtype
+        dtype = storage_dtype(dtype)
         self.dtype = dtype
         self.ndim = len(shape)
         self.size, c_strides = _c_layout(shape, dtype.itemsize)
@@ -100,9 +104,21 @@ def _torch_dtypes():
     if not _TORCH_DTYPES:
         import torch
 
-        _TORCH_DTYPES.update({torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)})
+        _TORCH_DTYPES.update({torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+                              torch.float16: np.dtype(np.float16)})
+        try:
+            from .dtypes import bfloat16
+
+            _TORCH_DTYPES[torch.bfloat16] = bfloat16()
+        except TypeError:  # no ml_dtypes: bfloat16 tensors are refused by name
+            pass
         _TORCH_TENSOR.append(torch.Tensor)
     return _TORCH_DTYPES
+
+
+def torch_dtype(dtype):
+    """The torch dtype of NumPy value dtype ``dtype``."""
+    return next(t for t, d in _torch_dtypes().items() if d == dtype)
 
 
 def torch_signature(x):
@@ -122,6 +138,7 @@ class Dense:
     framework: str          # "numpy", "torch-cpu", "numba", "cupy", "torch", "cai"
     array: object           # NumPy array (host), Numba device array or DeviceView (device), no copy
     original: object
+    value_dtype: np.dtype   # the values' (a 16-bit float's device ``array`` holds its uint16 bits)
 
     @property
     def on_device(self):
@@ -129,7 +146,7 @@ class Dense:
 
     @property
     def dtype(self):
-        return np.dtype(self.array.dtype)
+        return self.value_dtype
 
     @property
     def shape(self):
@@ -161,8 +178,8 @@ def _check_torch(x, name):
         raise TypeError(f"{name} is a torch tensor on the {x.device.type!r} device; numbasparse takes CPU or "
                         f"CUDA tensors")
     if x.dtype not in _torch_dtypes():
-        raise TypeError(f"{name} must have dtype float32 or float64, got {x.dtype} (half precision is not "
-                        f"supported yet)")
+        hint = " (bfloat16 needs the ml_dtypes package)" if str(x.dtype) == "torch.bfloat16" else ""
+        raise TypeError(f"{name} must have dtype float32, float64, float16 or bfloat16, got {x.dtype}{hint}")
 
 
 #: DLPack device types (``__dlpack_device__()[0]``) numbasparse reads.
@@ -213,7 +230,7 @@ def dense(x, name, ndim):
         if x.requires_grad:
             x = x.detach()
     if framework == "torch-cpu":
-        array = x.numpy()
+        array = x.view(torch_int16()).numpy().view(_torch_dtypes()[x.dtype]) if x.dtype.itemsize == 2 else x.numpy()
     elif framework == "torch":
         array = DeviceView.of_torch(x)
     elif framework in ("cupy", "cai"):
@@ -222,10 +239,13 @@ def dense(x, name, ndim):
         array = x
     if array.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(array.shape)}")
-    dtype = np.dtype(array.dtype)
+    dtype = np.dtype(getattr(array, "logical", array.dtype))
     if framework in ("numpy", "torch-cpu") and dtype.kind == "f" and not dtype.isnative:
         array = array.astype(dtype.newbyteorder("="))  # the kernels read native floats: a copy
-    check_value_dtype(array.dtype, name)
+        dtype = array.dtype
+    dtype = check_value_dtype(dtype, name)
+    if framework == "numba" and is_half(dtype):
+        array = array.view(np.uint16)  # the kernels read 16-bit floats as their bits
     if ndim == 2 and array.shape[1] * array.dtype.itemsize >= MAX_ROW_BYTES:
         raise ValueError(f"{name} has rows of {array.shape[1] * array.dtype.itemsize} bytes; the kernels "
                          f"address rows shorter than {MAX_ROW_BYTES} bytes (2 GiB)")
@@ -236,7 +256,7 @@ def dense(x, name, ndim):
             f"{name} must be C-contiguous (row-major) on the device; make a contiguous copy "
             f"first (torch: .contiguous(), CuPy: cupy.ascontiguousarray)"
         )
-    return Dense(name, framework, array, x)
+    return Dense(name, framework, array, x, dtype)
 
 
 def overlaps(a, b):
@@ -308,7 +328,7 @@ def _empty_like_framework(op, shape, dtype):
         if np.dtype(dtype) == op.dtype:  # new_empty without dtype= is a third cheaper
             result = tensor.new_empty(shape)
         else:
-            result = tensor.new_empty(shape, dtype=next(t for t, d in _torch_dtypes().items() if d == dtype))
+            result = tensor.new_empty(shape, dtype=torch_dtype(dtype))
         return result, DeviceView.of_torch(result)  # on the operand's device
     if op.framework == "cupy":
         import cupy
@@ -316,8 +336,27 @@ def _empty_like_framework(op, shape, dtype):
         with cupy.cuda.Device(op.original.device.id):
             result = cupy.empty(shape, dtype=dtype)
         return result, DeviceView(result, result.__cuda_array_interface__)
+    if is_half(dtype):  # a Numba array of float16 values (only float16 ones come in), seen as bits
+        result = cuda.device_array(shape, dtype=np.float16)
+        return result, result.view(np.uint16)
     result = cuda.device_array(shape, dtype=dtype)
     return result, result
+
+
+def torch_int16():
+    import torch
+
+    return torch.int16
+
+
+def device_storage(array):
+    """A host array as the kernels read it once uploaded: 16-bit floats as their uint16 bits."""
+    return array.view(np.uint16) if is_half(array.dtype) else array
+
+
+def host_values(array, dtype):
+    """A downloaded device array of storage dtype as values of ``dtype`` (a view)."""
+    return array.view(dtype) if is_half(dtype) else array
 
 
 def host_result(op, array):

@@ -4,7 +4,7 @@ from ._compat import scipy_sparse as sp
 
 from . import arrays
 from .cache import MatrixCache
-from .dtypes import INDEX_DTYPES, check_value_dtype, index_dtype_for
+from .dtypes import INDEX_DTYPES, check_value_dtype, compute_dtype, index_dtype_for, is_half
 from .inputs import as_scipy, gpu_csr_parts
 from .validation import check_sparse
 
@@ -63,8 +63,10 @@ def canonical_csr(A, *, dtype=None, index_dtype=None, name="A", checked=False):
     """A new scipy CSR matrix equal to ``A``: sorted indices, duplicates summed.
 
     ``A``'s structure is checked first (:func:`sparse_operand`; ``checked``: it already was),
-    and ``A`` itself is never modified.  ``dtype`` (float32/float64) defaults to float64 for
-    float64 input and float32 otherwise; ``index_dtype`` defaults to int32 where it fits.
+    and ``A`` itself is never modified.  ``dtype`` (float32, float64, float16 or bfloat16)
+    defaults to float64 for float64 input and float32 otherwise; scipy holds no 16-bit floats, so
+    for those the result is float32 with every value rounded to ``dtype``.  ``index_dtype``
+    defaults to int32 where it fits.
     """
     if not checked:
         A = sparse_operand(A, name)
@@ -76,8 +78,10 @@ def canonical_csr(A, *, dtype=None, index_dtype=None, name="A", checked=False):
     dtype = check_value_dtype(dtype, "dtype")
     if A.dtype.kind not in "biuf":
         raise TypeError(f"{name} must have real numeric values, got {A.dtype}")
-    csr = sp.csr_matrix(A, dtype=dtype, copy=True)
+    csr = sp.csr_matrix(A, dtype=compute_dtype(dtype), copy=True)
     csr.sum_duplicates()  # also sorts the indices
+    if is_half(dtype):
+        csr.data = csr.data.astype(dtype).astype(np.float32)
     if index_dtype is None:
         index_dtype = index_dtype_for(csr.shape, csr.nnz)
     index_dtype = np.dtype(index_dtype)
@@ -104,17 +108,18 @@ class CSR:
     bounded); :meth:`clear_cache` frees it.
     """
 
-    def __init__(self, host):
+    def __init__(self, host, dtype=None):
         from numba import cuda
 
         from .cuda.device import allocating, require_cuda
 
         require_cuda("numbasparse.CSR (a matrix on the GPU)")
-        self._set_host(host.shape, host.nnz, host.dtype, host.indptr, host)
+        dtype = host.dtype if dtype is None else check_value_dtype(dtype, "dtype")  # 16-bit: host holds float32
+        self._set_host(host.shape, host.nnz, dtype, host.indptr, host)
         with allocating("the CSR's arrays", host.indptr.nbytes + host.indices.nbytes + host.data.nbytes):
             self.indptr = cuda.to_device(host.indptr)
             self.indices = cuda.to_device(host.indices)
-            self.data = cuda.to_device(host.data)
+            self.data = cuda.to_device(arrays.device_storage(host.data.astype(dtype, copy=False)))
 
     def _set_host(self, shape, nnz, dtype, host_indptr, host):
         self._shape, self._nnz, self._dtype = tuple(shape), int(nnz), np.dtype(dtype)  # asked on every call
@@ -125,25 +130,35 @@ class CSR:
 
     @classmethod
     def _from_device(cls, indptr, indices, data, shape):
-        """A CSR of canonical device arrays (any CUDA arrays of one index dtype, values float32 or
-        float64), kept as they are: only ``indptr`` is copied to the host.  The caller has
+        """A CSR of canonical device arrays (any CUDA arrays of one index dtype, values of a
+        value dtype), kept as they are: only ``indptr`` is copied to the host.  The caller has
         checked them (:func:`numbasparse.inputs.gpu_csr_parts`)."""
         from numba import cuda
 
         self = object.__new__(cls)
-        self.indptr, self.indices, self.data = (a if hasattr(a, "copy_to_host") else cuda.as_cuda_array(a)
-                                                for a in (indptr, indices, data))  # Numba arrays as they are
+        self.indptr, self.indices = (a if hasattr(a, "copy_to_host") else cuda.as_cuda_array(a)
+                                     for a in (indptr, indices))  # Numba arrays as they are
+        values = arrays.dense(data, "A.data", 1)  # 16-bit values: a view of their bits
+        self.data = values.array
         self._owners = (indptr, indices, data)  # the framework's tensors own the memory
         # a torch tensor's copy is ordered on torch's current stream, where it was computed
         host_indptr = indptr.cpu().numpy() if hasattr(indptr, "cpu") else self.indptr.copy_to_host()
-        self._set_host(shape, self.indices.shape[0], self.data.dtype, host_indptr, None)
+        self._set_host(shape, self.indices.shape[0], values.dtype, host_indptr, None)
         return self
+
+    def _host_values(self):
+        """The device values downloaded, in the compute dtype (float32 for 16-bit values)."""
+        from numba import cuda
+
+        data = self.data if hasattr(self.data, "copy_to_host") else cuda.as_cuda_array(self.data)
+        values = arrays.host_values(data.copy_to_host(), self._dtype)
+        return values.astype(compute_dtype(self._dtype), copy=False)
 
     @property
     def _host(self):
         """The scipy copy (downloaded on first use for a matrix built on the GPU)."""
         if self._host_copy is None:
-            self._host_copy = sp.csr_matrix((self.data.copy_to_host(), self.indices.copy_to_host(),
+            self._host_copy = sp.csr_matrix((self._host_values(), self.indices.copy_to_host(),
                                              self.host_indptr), shape=self._shape)
         return self._host_copy
 
@@ -151,10 +166,12 @@ class CSR:
     def from_scipy(cls, A, *, dtype=None, index_dtype=None):
         """Upload ``A`` (any scipy.sparse matrix or array) in canonical CSR form.
 
-        dtype: float32 or float64 (default: float64 if ``A`` is float64, else float32).
+        dtype: float32, float64, float16 or bfloat16 (default: float64 if ``A`` is float64, else
+            float32); "bfloat16" as a string needs no ml_dtypes import by the caller.
         index_dtype: int32 or int64 (default: int32 when nnz and both dimensions fit).
         """
-        return cls(canonical_csr(A, dtype=dtype, index_dtype=index_dtype))
+        host = canonical_csr(A, dtype=dtype, index_dtype=index_dtype)
+        return cls(host, dtype=host.dtype if dtype is None else dtype)
 
     @property
     def shape(self):
@@ -179,10 +196,11 @@ class CSR:
         self.cache.clear()
 
     def to_scipy(self):
-        """A scipy.sparse.csr_matrix copy of this matrix."""
+        """A scipy.sparse.csr_matrix copy of this matrix (float32 for 16-bit values: scipy holds
+        no 16-bit floats)."""
         if self._values_on_device_only:
             host = self._host
-            return sp.csr_matrix((self.data.copy_to_host(), host.indices.copy(), host.indptr.copy()),
+            return sp.csr_matrix((self._host_values(), host.indices.copy(), host.indptr.copy()),
                                  shape=host.shape)
         return self._host.copy()
 
@@ -200,9 +218,14 @@ class CSR:
             raise ValueError(f"values must have shape ({self.nnz},), got {tuple(v.shape)}")
         if v.dtype != self.dtype:
             raise TypeError(f"values must be {self.dtype}, got {v.dtype}")
+        return self._with_data(v.array)
+
+    def _with_data(self, data):
+        """:meth:`with_values` of a device array as the kernels read it (16-bit values: their
+        bits), unchecked: for the library's own intermediates."""
         other = object.__new__(CSR)
         other.__dict__.update(self.__dict__)
-        other.data = v.array
+        other.data = data
         other.cache = MatrixCache(pattern=self.cache)  # bound launches and replays hold the values' pointer
         other._values_on_device_only = True
         return other

@@ -12,6 +12,10 @@ The rules of ``auto`` (measurements in BENCHMARKS.md):
 op        rule                                                   why
 ========= ====================================================== =================================
 spmm      CPU backend: ``cpu_rows``                              the only CPU kernel
+spmm      ``hp`` for float16/bfloat16 operands                   the kernels that write a 16-bit C
+                                                                 store whole rows, rounded once;
+                                                                 the others combine partial rows
+                                                                 atomically in C's dtype
 spmm      ``slab`` where N >= SLAB_MIN_COLUMNS and a column      dense graphs (sampled subgraphs):
           slab's piece of a row averages >= SLAB_MIN_SEGMENT     B rows re-used from L1
           entries (:func:`slab_pays`)                            ("Column-slab SpMM")
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from . import cpu
 from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
+from .dtypes import HALF_NAMES
 from .preprocess.slab_tiles import slab_estimate
 
 BACKENDS = ("auto", "cuda", "cpu")
@@ -39,6 +44,11 @@ SLAB_MIN_SEGMENT = 4.0
 SLAB_MIN_COLUMNS = 64
 
 
+#: Value dtypes every algorithm takes; those in HALF_ALGORITHMS also take float16 and bfloat16.
+FULL_DTYPES = ("float32", "float64")
+ALL_DTYPES = FULL_DTYPES + HALF_NAMES
+
+
 @dataclass(frozen=True)
 class Algorithm:
     name: str
@@ -46,6 +56,7 @@ class Algorithm:
     run: object
     summary: str
     reductions: tuple = ("sum", "mean", "max", "min")
+    dtypes: tuple = FULL_DTYPES
 
 
 def _spmm_tuned(A, B, C, reduce, *, stream=0):
@@ -78,13 +89,15 @@ def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
         return
     from numba import cuda
 
-    scores = cuda.device_array(A.nnz, dtype=out.dtype, stream=stream)
+    from .dtypes import storage_dtype
+
+    scores = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype))
     hp.sddmm_hp(A, X, Y, scores, stream=stream)
     if softmax:
-        weights = cuda.device_array(A.nnz, dtype=out.dtype, stream=stream)
+        weights = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype))
         fused.edge_softmax(A, scores, weights, stream=stream)
         scores = weights
-    hp.spmm_hp(A.with_values(scores), Z, out, "sum", stream=stream)
+    hp.spmm_hp(A._with_data(scores), Z, out, "sum", stream=stream)
 
 
 def check_option(name, value, allowed):
@@ -109,7 +122,8 @@ SPMM = _table(
     Algorithm("crc_cwm4", "cuda", functools.partial(crc.spmm_crc_cwm, cf=4),
               "GE-SpMM CRC + coarse-grained warp merging, 4 columns per thread"),
     Algorithm("hp", "cuda", hp.spmm_hp,
-              "HP-SpMM hybrid node/edge parallel, equal nonzeros per lane group, vector loads"),
+              "HP-SpMM hybrid node/edge parallel, equal nonzeros per lane group, vector loads",
+              dtypes=ALL_DTYPES),
     Algorithm("slab", "cuda", slab.spmm_slab,
               "column-slab tiles, one block per SM: B rows re-used from L1 (dense graphs, N >= 64)"),
     Algorithm("hc", "cuda", functools.partial(hc.spmm_hc, mode="hybrid"),
@@ -123,19 +137,21 @@ SPMM = _table(
     Algorithm("blocked", "cuda", _spmm_blocked,
               "CS267 blocked SpMM: a block per row, a thread per output, entries staged in shared memory",
               ("sum",)),
-    Algorithm("cpu_rows", "cpu", cpu.spmm_rows, "numba.njit(parallel=True), rows across cores"),
+    Algorithm("cpu_rows", "cpu", cpu.spmm_rows, "numba.njit(parallel=True), rows across cores",
+              dtypes=ALL_DTYPES),
 )
 
 SDDMM = _table(
     Algorithm("warp_row", "cuda", sddmm_warp.sddmm_warp_row,
               "one warp per row, shuffle-reduced dot products"),
     Algorithm("hp", "cuda", hp.sddmm_hp,
-              "HP-SDDMM hybrid parallel, equal nonzeros per warp, lane groups sized to K"),
+              "HP-SDDMM hybrid parallel, equal nonzeros per warp, lane groups sized to K", dtypes=ALL_DTYPES),
     Algorithm("tuned", "cuda", _sddmm_tuned,
               "G-Sparse tiled SDDMM (X rows in shared memory, adaptive warp shuffle), autotuned schedule"),
     Algorithm("blocked", "cuda", _sddmm_blocked,
               "CS267 blocked SDDMM: a block per row, X[i] in shared memory, 4 lanes per entry"),
-    Algorithm("cpu_rows", "cpu", cpu.sddmm_rows, "numba.njit(parallel=True), rows across cores"),
+    Algorithm("cpu_rows", "cpu", cpu.sddmm_rows, "numba.njit(parallel=True), rows across cores",
+              dtypes=ALL_DTYPES),
 )
 
 TABLES = {"spmm": SPMM, "sddmm": SDDMM}
@@ -174,15 +190,16 @@ def slab_pays(shape, nnz, n_cols, itemsize, cache=None):
 def _auto_name(op, backend, n_cols, nnz, shape=None, itemsize=4, cache=None):
     if backend == "cpu":
         return "cpu_rows"
-    if op == "spmm" and shape is not None and slab_pays(shape, nnz, n_cols, itemsize, cache):
+    if op == "spmm" and itemsize > 2 and shape is not None and slab_pays(shape, nnz, n_cols, itemsize, cache):
         return "slab"
     return "hp"
 
 
-def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum", shape=None, itemsize=4, cache=None):
+def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum", shape=None, itemsize=4, cache=None,
+            dtype=None):
     """The :class:`Algorithm` to run, or ValueError naming the bad argument (``shape``: A's,
     ``itemsize``: the operands', ``cache``: a device matrix's cache, for the rules of
-    ``algorithm="auto"``)."""
+    ``algorithm="auto"``; ``dtype``: the operands', which the algorithm must take)."""
     table = TABLES[op]
     check_option("backend", backend, BACKENDS)
     check_option("algorithm", algorithm, ("auto",) + tuple(table))
@@ -200,4 +217,8 @@ def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum", shap
     name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, nnz, shape, itemsize, cache)
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")
+    if dtype is not None and dtype.name not in table[name].dtypes:
+        takers = [a.name for a in table.values() if dtype.name in a.dtypes]
+        raise ValueError(f"algorithm {name!r} takes {' and '.join(table[name].dtypes)} operands, not {dtype.name}; "
+                         f"{dtype.name} runs on {', '.join(takers)} (and 'auto')")
     return table[name]

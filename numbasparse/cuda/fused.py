@@ -8,13 +8,12 @@ kernel blocked over the sparse matrix, no atomics are needed.
 """
 import math
 
-import numba
-import numpy as np
 from numba import cuda
 
+from ..dtypes import kernel_format
 from . import launch
 from .device import ROW_WARPS_PER_BLOCK, WARP_SIZE, cdiv, row_warp_grid
-from .intrinsics import shfl_down, shfl_idx, warp_sum
+from .intrinsics import converters, shfl_down, shfl_idx, value_types, warp_sum
 
 WARP = WARP_SIZE
 #: Output columns per lane per pass (grid.y covers wider outputs): 32 * 8 = 256 per warp.
@@ -37,12 +36,12 @@ def fused_row_kernel(q, value_dtype, softmax):
     for its ``q`` columns ``c = n0 + l + 32 r`` (coalesced); blockIdx.y picks ``n0``.  The
     softmax is computed online (running maximum and sum, earlier terms rescaled when the
     maximum grows, as in FlashAttention), so scores are never stored; rows with no stored
-    entry give 0.  Without it the rescale factors are the constant 1 and fold away.
+    entry give 0.  Without it the rescale factors are the constant 1 and fold away.  16-bit
+    operands are read into float32 (coalesced over the lanes) and the output rounded once.
     """
-    value_type = numba.from_dtype(np.dtype(value_dtype))
-    zero = np.dtype(value_dtype).type(0)
-    one = np.dtype(value_dtype).type(1)
-    lowest = np.dtype(value_dtype).type(-np.inf)
+    _, value_type, compute = value_types(value_dtype)
+    to_compute, to_storage = converters(value_dtype)
+    zero, one, lowest = compute(0), compute(1), compute(-math.inf)
     warps = ROW_WARPS_PER_BLOCK
 
     @cuda.jit
@@ -62,8 +61,8 @@ def fused_row_kernel(q, value_dtype, softmax):
             j = indices[p]
             partial = zero
             for k in range(lane, X.shape[1], WARP):
-                partial += X[row, k] * Y[j, k]
-            s = data[p] * warp_sum(partial)
+                partial += to_compute(X[row, k]) * to_compute(Y[j, k])
+            s = to_compute(data[p]) * warp_sum(partial)
             rescale = one
             weight = s
             if softmax:
@@ -75,14 +74,14 @@ def fused_row_kernel(q, value_dtype, softmax):
             for r in range(q):
                 c = n0 + lane + WARP * r
                 if c < n:
-                    acc[r] = acc[r] * rescale + weight * Z[j, c]
+                    acc[r] = acc[r] * rescale + weight * to_compute(Z[j, c])
         scale = one
         if softmax:
             scale = one / running_sum if running_sum > zero else zero
         for r in range(q):
             c = n0 + lane + WARP * r
             if c < n:
-                out[row, c] = acc[r] * scale
+                out[row, c] = to_storage(acc[r] * scale)
 
     return fused_row
 
@@ -94,8 +93,9 @@ def edge_softmax_kernel(value_dtype):
     Thread mapping: one warp per row; lanes stride over the row's entries for the maximum,
     then the sum of exponentials (shuffle reductions), then write ``exp(v - max) / sum``.
     """
-    zero = np.dtype(value_dtype).type(0)
-    lowest = np.dtype(value_dtype).type(-np.inf)
+    compute = value_types(value_dtype)[2]
+    to_compute, to_storage = converters(value_dtype)
+    zero, lowest = compute(0), compute(-math.inf)
     warps = ROW_WARPS_PER_BLOCK
 
     @cuda.jit
@@ -107,7 +107,7 @@ def edge_softmax_kernel(value_dtype):
         lo, hi = indptr[row], indptr[row + 1]
         largest = lowest
         for p in range(lo + lane, hi, WARP):
-            largest = max(largest, values[p])
+            largest = max(largest, to_compute(values[p]))
         offset = WARP // 2
         while offset > 0:  # max over the warp, then broadcast
             largest = max(largest, shfl_down(largest, offset))
@@ -115,10 +115,10 @@ def edge_softmax_kernel(value_dtype):
         largest = shfl_idx(largest, 0)
         total = zero
         for p in range(lo + lane, hi, WARP):
-            total += math.exp(values[p] - largest)
+            total += math.exp(to_compute(values[p]) - largest)
         total = warp_sum(total)
         for p in range(lo + lane, hi, WARP):
-            out[p] = math.exp(values[p] - largest) / total
+            out[p] = to_storage(math.exp(to_compute(values[p]) - largest) / total)
 
     return edge_softmax
 
@@ -139,7 +139,7 @@ def _fused_row(A, X, Y, Z, out, softmax, stream):
         return
     q = per_lane(n)
     grid, block = row_warp_grid(m, n, WARP * q)
-    launch.run(fused_row_kernel(q, out.dtype.str, softmax), grid, block, stream, A.indptr, A.indices, A.data, X, Y,
+    launch.run(fused_row_kernel(q, kernel_format(A.dtype), softmax), grid, block, stream, A.indptr, A.indices, A.data, X, Y,
                Z, out)
 
 
@@ -149,4 +149,4 @@ def edge_softmax(A, values, out, *, stream=0):
     if m == 0 or A.nnz == 0:
         return
     grid, block = row_warp_grid(m, 1, 1)
-    launch.run(edge_softmax_kernel(out.dtype.str), grid, block, stream, A.indptr, values, out)
+    launch.run(edge_softmax_kernel(kernel_format(A.dtype)), grid, block, stream, A.indptr, values, out)

@@ -11,9 +11,11 @@ import numba
 import numpy as np
 from numba import cuda
 
+from ..dtypes import kernel_format
 from ..preprocess.row_windows import TILE_COLS, WINDOW, row_windows
 from . import launch
 from .device import cdiv
+from .intrinsics import converters, value_types
 
 THREADS = 128             # 4 warps per window
 COLS = 32                 # output columns per pass: thread t owns columns t % 8 + 8 q, q < 4
@@ -33,11 +35,12 @@ def window_paths(value_dtype, index_dtype):
 
     Thread mapping: 128 threads per window; thread t owns row ``t // 8`` of the window and
     columns ``col0 + t % 8 + 8 q`` (q < 4), so each warp instruction reads 32 contiguous bytes
-    of a row of B per row of the window.
+    of a row of B per row of the window.  16-bit values are read into float32.
     """
-    value_type = numba.from_dtype(np.dtype(value_dtype))
+    _, value_type, compute = value_types(value_dtype)
+    to_compute = converters(value_dtype)[0]
     index_type = numba.from_dtype(np.dtype(index_dtype))
-    zero = np.dtype(value_dtype).type(0)
+    zero = compute(0)
     tile_size = WINDOW * TILE_COLS
     b_size = TILE_COLS * COLS
 
@@ -57,13 +60,13 @@ def window_paths(value_dtype, index_dtype):
             cuda.syncthreads()
             p = entry_ptr[tile] + t
             if p < entry_ptr[tile + 1]:
-                a_tile[tile_slot[p]] = data[tile_entry[p]]
+                a_tile[tile_slot[p]] = to_compute(data[tile_entry[p]])
             first = (tile - tile_ptr[w]) * TILE_COLS
             for e in range(t, b_size, THREADS):
                 k = e // COLS
                 j = col0 + e - k * COLS
                 if first + k < width and j < n:
-                    b_tile[e] = B[cols[col_ptr[w] + first + k], j]
+                    b_tile[e] = to_compute(B[cols[col_ptr[w] + first + k], j])
                 else:
                     b_tile[e] = zero
             cuda.syncthreads()
@@ -93,7 +96,7 @@ def window_paths(value_dtype, index_dtype):
         for base in range(lo, hi, STAGE):
             if base + t < hi:
                 staged_col[t] = indices[base + t]
-                staged_val[t] = data[base + t]
+                staged_val[t] = to_compute(data[base + t])
             cuda.syncthreads()
             for p in range(max(row_lo, base), min(row_hi, base + STAGE)):
                 k = staged_col[p - base]
@@ -101,7 +104,7 @@ def window_paths(value_dtype, index_dtype):
                 for q in range(PER_THREAD):
                     j = col0 + t % 8 + 8 * q
                     if j < n:
-                        acc[q] += a * B[k, j]
+                        acc[q] += a * to_compute(B[k, j])
             cuda.syncthreads()
 
     @cuda.jit(device=True, inline="always")
@@ -160,9 +163,12 @@ def spmm_dense_kernel(value_dtype, index_dtype):
     32 columns at a time, on the window's path (``use_tiles``); then thread t computes row
     ``t // 8`` of the window times W for columns ``t % 8 + 8 q`` of each 32-column slice of
     ``out``, adding to what earlier slices of X wrote (the block owns its rows: no atomics).
+    16-bit operands are computed in float32; a 16-bit ``out`` is rounded once per slice of 256
+    columns of X.
     """
-    value_type = numba.from_dtype(np.dtype(value_dtype))
-    zero = np.dtype(value_dtype).type(0)
+    _, value_type, compute = value_types(value_dtype)
+    to_compute, to_storage = converters(value_dtype)
+    zero = compute(0)
     window_into = window_paths(value_dtype, index_dtype)
     stride = FUSED_K + 1  # padded rows: the 4 rows a warp reads at once sit in different banks
     z_size = WINDOW * stride
@@ -195,11 +201,12 @@ def spmm_dense_kernel(value_dtype, index_dtype):
                         for q in range(PER_THREAD):
                             j = j0 + t % 8 + 8 * q
                             if j < f:
-                                acc[q] += zk * W[k0 + k, j]
+                                acc[q] += zk * to_compute(W[k0 + k, j])
                     for q in range(PER_THREAD):
                         j = j0 + t % 8 + 8 * q
                         if j < f:
-                            out[row, j] = acc[q] + out[row, j] if k0 > 0 else acc[q]
+                            total = acc[q] + to_compute(out[row, j]) if k0 > 0 else acc[q]
+                            out[row, j] = to_storage(total)
             cuda.syncthreads()
 
     return spmm_dense
@@ -241,7 +248,7 @@ def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid"):
     m, n = C.shape
     if m == 0 or n == 0:
         return
-    kernel = spmm_hc_kernel(C.dtype.str, A.indices.dtype.str)
+    kernel = spmm_hc_kernel(kernel_format(A.dtype), A.indices.dtype.str)
     grid = (cdiv(m, WINDOW), cdiv(n, COLS))
     launch.run(kernel, grid, THREADS, stream, *_window_args(A, paths(A, mode)), B, C)
 
@@ -252,5 +259,5 @@ def spmm_dense(A, X, W, out, *, stream=0, mode="hybrid"):
     m, f = out.shape
     if m == 0 or f == 0:
         return
-    kernel = spmm_dense_kernel(out.dtype.str, A.indices.dtype.str)
+    kernel = spmm_dense_kernel(kernel_format(A.dtype), A.indices.dtype.str)
     launch.run(kernel, cdiv(m, WINDOW), THREADS, stream, *_window_args(A, paths(A, mode)), X, W, out)

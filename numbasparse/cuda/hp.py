@@ -26,8 +26,9 @@ from . import device, launch
 from .device import WARP_SIZE as WARP
 from .device import cdiv
 from .fill import fill_identity
-from .intrinsics import (atomic_max_float, atomic_min_float, flagged_parts, flagged_words, shfl_down, syncblock,
-                         syncwarp_lanes, vector_load, vector_width)
+from ..dtypes import kernel_format
+from .intrinsics import (atomic_max_float, atomic_min_float, converters, flagged_parts, flagged_words, is_half,
+                         shfl_down, syncblock, syncwarp_lanes, value_types, vector_load, vector_width)
 from .reductions import combine
 
 # Launch rules ------------------------------------------------------------------------------
@@ -122,11 +123,12 @@ def merges_in_block(reduce_code):
 # (span = lanes * vec), accumulated in ``acc[c * vec + v]``.  Each factory below returns inlined
 # device functions over those columns, closed over the kernel's compile-time configuration.
 
-def _accumulate_parts(reduce_code, vec, cf, span):
+def _accumulate_parts(reduce_code, vec, cf, span, fmt):
     """(add_entry, gather_row, accumulate): combine ``a * B[k, columns]`` into ``acc``, either at
     once (add_entry) or in two steps, loading the rows of several entries before the first
-    multiply (gather_row then accumulate)."""
-    load = vector_load(vec)
+    multiply (gather_row then accumulate); B's values of format ``fmt`` (16-bit ones converted
+    to float32 as they are loaded)."""
+    load = vector_load(vec, fmt=fmt)
 
     @cuda.jit(device=True, inline="always")
     def add_entry(acc, a, B, k, j, n):
@@ -160,9 +162,39 @@ def _accumulate_parts(reduce_code, vec, cf, span):
     return add_entry, gather_row, accumulate
 
 
-def _store_parts(reduce_code, vec, cf, span):
+def _store_parts(reduce_code, vec, cf, span, fmt):
     """(flush, zero_row): write a lane's columns of a row into C, stored when the group owns the
-    whole row, else combined atomically into the filled C; or write zeros (an empty row)."""
+    whole row, else combined atomically into the filled C; or write zeros (an empty row).  A
+    16-bit C (format ``fmt``) is only ever stored whole rows (the single launch): rounded once,
+    never combined atomically in 16 bits."""
+    MEAN = reductions.MEAN
+    to_storage = converters(fmt)[1]
+
+    if is_half(fmt):
+        @cuda.jit(device=True, inline="always")
+        def flush(C, row, j, acc, count, owned):
+            for c in range(cf):
+                if j + c * span < C.shape[1]:
+                    for v in range(vec):
+                        x = acc[c * vec + v]
+                        if reduce_code == MEAN:
+                            x = x / count
+                        C[row, j + c * span + v] = to_storage(x)
+    else:
+        flush = _atomic_flush(reduce_code, vec, cf, span)
+
+    @cuda.jit(device=True, inline="always")
+    def zero_row(C, row, j):
+        for c in range(cf):
+            if j + c * span < C.shape[1]:
+                for v in range(vec):
+                    C[row, j + c * span + v] = 0
+
+    return flush, zero_row
+
+
+def _atomic_flush(reduce_code, vec, cf, span):
+    """``flush`` of a float32/float64 C: stored when owned, else combined atomically."""
     MEAN, MAX, MIN = reductions.MEAN, reductions.MAX, reductions.MIN
 
     @cuda.jit(device=True, inline="always")
@@ -183,14 +215,7 @@ def _store_parts(reduce_code, vec, cf, span):
                     else:
                         cuda.atomic.add(C, (row, col), x)
 
-    @cuda.jit(device=True, inline="always")
-    def zero_row(C, row, j):
-        for c in range(cf):
-            if j + c * span < C.shape[1]:
-                for v in range(vec):
-                    C[row, j + c * span + v] = 0
-
-    return flush, zero_row
+    return flush
 
 
 def _lookback(reduce_code, vec, cf, span, value_bits, flush):
@@ -298,9 +323,10 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     """
     groups = WARP // lanes
     cache_size = WARPS_PER_BLOCK * WARP
-    value_type = numba.from_dtype(np.dtype(value_dtype))
+    _, value_type, compute = value_types(value_dtype)  # 16-bit values are computed in float32
+    to_compute = converters(value_dtype)[0]
     index_type = numba.from_dtype(np.dtype(index_dtype))
-    init = np.dtype(value_dtype).type(reductions.initial(reduce_code))
+    init = compute(reductions.initial(reduce_code))
     tile = lanes * vec * cf
     span = lanes * vec  # columns covered by one vector load of the whole group
     width = vec * cf
@@ -310,13 +336,13 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     block_groups = WARPS_PER_BLOCK * groups
     merge_size = block_groups * tile if merge else 1  # one partial row tile per group
     merge_rows_size = block_groups if merge else 1
-    add_entry, gather_row, accumulate = _accumulate_parts(reduce_code, vec, cf, span)
-    flush, zero_row = _store_parts(reduce_code, vec, cf, span)
-    finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(value_dtype).itemsize * 8, flush)
+    add_entry, gather_row, accumulate = _accumulate_parts(reduce_code, vec, cf, span, value_dtype)
+    flush, zero_row = _store_parts(reduce_code, vec, cf, span, value_dtype)
+    finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush)
     leave_partial, next_row = _row_walk(width, init, merge, single, flush, zero_row)
     # float32 sums over 8 columns per lane: capped for occupancy (MAX_REGISTERS); not in the
     # single launch, whose extra state would spill under the cap
-    capped = reduce_code == reductions.SUM and value_type == numba.float32 and width == 8 and not single
+    capped = reduce_code == reductions.SUM and value_dtype == "<f4" and width == 8 and not single
     options = {"max_registers": MAX_REGISTERS} if capped and not config.ENABLE_CUDASIM else {}
 
     @cuda.jit(device=True, inline="always")
@@ -374,7 +400,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
             for chunk in range(seg_start, seg_end, lanes):
                 if chunk + glane < seg_end:
                     cached_col[base + glane] = indices[chunk + glane]
-                    cached_val[base + glane] = data[chunk + glane]
+                    cached_val[base + glane] = to_compute(data[chunk + glane])
                 syncwarp_lanes(mask)
                 count = min(lanes, seg_end - chunk)
                 # (2) accumulate, (3) finish each row as the entries cross its end
@@ -471,6 +497,7 @@ def spmm_layout(A, n_cols, itemsize, B, lanes=None):
 def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
     """The launch plan of HP-SpMM for A (the layout, DTP and single-launch rules, or the given
     overrides)."""
+    fmt = kernel_format(A.dtype)
     lanes, vec, cf = layout or lane_layout(n, C.dtype.itemsize, B, lanes)
     depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf)
     n_tiles = cdiv(n, lanes * vec * cf)
@@ -479,11 +506,15 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
         nnz_per_group = nnz_per_warp(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
     block_groups = WARPS_PER_BLOCK * groups_per_warp
     grid = (cdiv(cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
+    if is_half(fmt):  # a 16-bit C is written whole by the kernel, never combined atomically
+        if single is False:
+            raise ValueError(f"HP-SpMM on {A.dtype} runs as a single launch only (single=False given)")
+        single = True
     if single is None:
         mean_row_nnz = A.nnz / max(1, _pattern(A, "nonempty_rows"))
         single = single_launch(mean_row_nnz, _pattern(A, "crossing_span", block_groups * nnz_per_group),
                                _pattern(A, "empty_rows_per_group", nnz_per_group))
-    kernel = spmm_hp_kernel(code, lanes, vec, cf, C.dtype.str, A.indices.dtype.str, depth, bool(single))
+    kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single))
     fill_rows = None
     if not single and merges_in_block(code):
         fill_rows = _pattern(A, "rows_to_fill", block_groups * nnz_per_group)
@@ -501,7 +532,7 @@ def _scratch(A, key, plan, n, dtype, stream):
     instantiated from calls captured on one stream and run together on two streams.  One graph
     is safe: CUDA runs the launches of one executable graph one after another.)"""
     handle = launch.stream_handle(stream)
-    words = flagged_words(2 * plan.grid[0] * n, dtype.itemsize)
+    words = flagged_words(2 * plan.grid[0] * n, 8 if dtype == np.float64 else 4)  # parts in the compute type
     def build():
         with device.allocating("HP-SpMM's scratch", words * 8):
             return cuda.to_device(np.zeros(words, np.uint64))
@@ -525,11 +556,11 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     if A.nnz == 0:  # every row empty: 0 for every reduction
         fill_identity(C, reductions.SUM, stream)
         return
-    key = ("spmm_hp", code, n, C.dtype.str, launch.alignment(B), nnz_per_group, lanes, layout, depth, single)
+    key = ("spmm_hp", code, n, A.dtype.name, launch.alignment(B), nnz_per_group, lanes, layout, depth, single)
     plan = A.cache.get_or_build("plans", key, lambda: _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout,
                                                                  depth, single))
     if plan.single:
-        handle, parts = _scratch(A, key, plan, n, C.dtype, stream)
+        handle, parts = _scratch(A, key, plan, n, A.dtype, stream)
         key = key + (handle,)  # the bound launch holds this stream's scratch
     else:
         parts = plan.unused_scratch
@@ -555,8 +586,9 @@ def sddmm_hp_kernel(vec, group, value_dtype):
     """
     groups = WARP // group
     span = group * vec
-    zero = np.dtype(value_dtype).type(0)
-    load = vector_load(vec)
+    zero = value_types(value_dtype)[2](0)
+    to_compute, to_storage = converters(value_dtype)
+    load = vector_load(vec, fmt=value_dtype)
 
     @cuda.jit(device=True, inline="always")
     def first_row(indptr, lo, hi, position):
@@ -601,7 +633,7 @@ def sddmm_hp_kernel(vec, group, value_dtype):
                 partial += shfl_down(partial, offset)
                 offset //= 2
             if lane_in_group == 0 and p < seg_end:
-                out[p] = data[p] * partial
+                out[p] = to_storage(to_compute(data[p]) * partial)
 
     return sddmm_hp
 
@@ -613,7 +645,7 @@ def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override):
         group *= 2
     npw = nnz_per_warp_override or nnz_per_warp(A.nnz, 1)
     grid = cdiv(cdiv(A.nnz, npw), WARPS_PER_BLOCK)
-    return sddmm_hp_kernel(vec, group, out.dtype.str), grid, npw, _pattern(A, "segment_rows", npw)
+    return sddmm_hp_kernel(vec, group, kernel_format(A.dtype)), grid, npw, _pattern(A, "segment_rows", npw)
 
 
 def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None):
@@ -621,7 +653,7 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None):
     if A.nnz == 0:
         return
     k_dim = X.shape[1]
-    key = ("sddmm_hp", k_dim, out.dtype.str, min(launch.alignment(X), launch.alignment(Y)), nnz_per_warp)
+    key = ("sddmm_hp", k_dim, A.dtype.name, min(launch.alignment(X), launch.alignment(Y)), nnz_per_warp)
     kernel, grid, npw, warp_rows = A.cache.get_or_build("plans", key,
                                                         lambda: _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp))
     args = (A.indptr, A.indices, A.data, warp_rows, X, Y, out, npw)

@@ -282,29 +282,176 @@ def _make_python_vector_load(width, column_first=False):  # pragma: no cover - s
     return load
 
 
+# 16-bit floats --------------------------------------------------------------------------------
+#
+# float16 and bfloat16 operands reach the kernels as uint16 arrays of their bits (Numba has no
+# bfloat16 array type) and are computed in float32: loads convert in registers, stores round
+# to nearest even.  A kernel's value format (``fmt``) is the NumPy dtype string of float32 and
+# float64 ("<f4", "<f8") or one of HALF_FORMATS (numbasparse.dtypes.kernel_format).
+
+HALF_FORMATS = ("<f2", "bf16")
+
+
+def is_half(fmt):
+    return fmt in HALF_FORMATS
+
+
+def value_types(fmt):
+    """(storage Numba type, compute Numba type, compute NumPy type) of value format ``fmt``."""
+    import numpy as np
+
+    if is_half(fmt):
+        return types.uint16, types.float32, np.float32
+    dtype = np.dtype(fmt)
+    return types.float32 if dtype == np.float32 else types.float64, \
+        types.float32 if dtype == np.float32 else types.float64, dtype.type
+
+
+def _half_to_float_ir(builder, fmt, bits):
+    """LLVM float32 of the 16 ``bits`` (an i16) of a float16 or bfloat16."""
+    from llvmlite import ir
+
+    if fmt == "bf16":  # the high half of a float32
+        return builder.bitcast(builder.shl(builder.zext(bits, ir.IntType(32)), ir.Constant(ir.IntType(32), 16)),
+                               ir.FloatType())
+    cvt = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [ir.IntType(16)]), "cvt.f32.f16 $0, $1;", "=f,h")
+    return builder.call(cvt, [bits])
+
+
+def _float_to_half_ir(builder, fmt, value):
+    """LLVM i16 bits of the float32 ``value`` rounded to nearest even in format ``fmt``
+    (``cvt.rn.bf16.f32``: sm_80 on)."""
+    from llvmlite import ir
+
+    kind = "bf16" if fmt == "bf16" else "f16"
+    cvt = ir.InlineAsm(ir.FunctionType(ir.IntType(16), [ir.FloatType()]), f"cvt.rn.{kind}.f32 $0, $1;", "=h,f")
+    return builder.call(cvt, [value])
+
+
+def _make_converters(fmt):
+    """Intrinsics ``load(bits) -> float32`` and ``store(value) -> uint16`` for format ``fmt``."""
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def to_compute(typingctx, bits):
+        def codegen(context, builder, sig, args):
+            return _half_to_float_ir(builder, fmt, context.cast(builder, args[0], sig.args[0], types.uint16))
+
+        return types.float32(bits), codegen
+
+    @intrinsic
+    def to_storage(typingctx, value):
+        def codegen(context, builder, sig, args):
+            return _float_to_half_ir(builder, fmt, context.cast(builder, args[0], sig.args[0], types.float32))
+
+        return types.uint16(value), codegen
+
+    return to_compute, to_storage
+
+
+def _make_python_converters(fmt):  # pragma: no cover - simulator only
+    import numpy as np
+
+    def to_compute(bits):
+        bits = np.uint16(bits)
+        if fmt == "bf16":
+            return np.float32(np.array(np.uint32(bits) << np.uint32(16), np.uint32).view(np.float32))
+        return np.float32(np.array(bits, np.uint16).view(np.float16))
+
+    def to_storage(value):
+        value = np.float32(value)
+        if fmt != "bf16":
+            return np.uint16(np.array(value, np.float16).view(np.uint16))
+        u = int(np.array(value, np.float32).view(np.uint32))
+        if value != value:
+            return np.uint16((u >> 16) | 0x40)  # a quiet NaN of the same sign
+        return np.uint16(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)  # nearest, ties to even
+
+    return to_compute, to_storage
+
+
+@cuda.jit(device=True, inline="always")
+def _identity(value):
+    return value
+
+
+_converters = {}
+
+
+def converters(fmt):
+    """(to_compute, to_storage): device functions between a stored value of format ``fmt`` and
+    its compute type; the identity for float32 and float64."""
+    if not is_half(fmt):
+        return _identity, _identity
+    if fmt not in _converters:
+        _converters[fmt] = (_make_python_converters if config.ENABLE_CUDASIM else _make_converters)(fmt)
+    return _converters[fmt]
+
+
+def _make_half_vector_load(width, fmt, column_first=False):
+    """An intrinsic ``load(arr, i, j) -> UniTuple(float32, width)``: ``width`` 16-bit floats of
+    ``arr[i, j:j + width]`` (a uint16 array) in ONE load of ``2 * width`` bytes (up to 16: 8
+    halves), converted to float32 in registers."""
+    from llvmlite import ir
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def load(typingctx, arr, i, j):
+        signature = types.UniTuple(types.float32, width)(arr, i, j)
+
+        def codegen(context, builder, sig, args):
+            ptr = _item_pointer(context, builder, sig, args, column_first)
+            i16 = ir.IntType(16)
+            if width == 1:
+                items = [builder.load(builder.bitcast(ptr, i16.as_pointer()), align=2)]
+            else:
+                vector = builder.load(builder.bitcast(ptr, ir.VectorType(i16, width).as_pointer()), align=2 * width)
+                items = [builder.extract_element(vector, ir.Constant(ir.IntType(32), k)) for k in range(width)]
+            return context.make_tuple(builder, sig.return_type, [_half_to_float_ir(builder, fmt, x) for x in items])
+
+        return signature, codegen
+
+    return load
+
+
+def _make_python_half_vector_load(width, fmt, column_first=False):  # pragma: no cover - simulator only
+    to_compute = converters(fmt)[0]
+
+    def load(arr, i, j):
+        return tuple(to_compute(arr[i, j + k]) for k in range(width))
+
+    return load
+
+
 _vector_loads = {}
 
 
 def vector_width(n_cols, itemsize, *arrays):
-    """Widest of 4, 2, 1 elements that a :func:`vector_load` of rows of ``n_cols`` columns may
-    read: ``n_cols`` a multiple of the width and each array's base address aligned to
-    ``width * itemsize`` bytes (so every row starts aligned)."""
+    """Widest of 4, 2, 1 elements (8 for 16-bit values: 16 bytes) that a :func:`vector_load` of
+    rows of ``n_cols`` columns may read: ``n_cols`` a multiple of the width and each array's
+    base address aligned to ``width * itemsize`` bytes (so every row starts aligned)."""
     from .launch import MAX_ALIGNMENT, alignment
 
     aligned_to = min((alignment(a) for a in arrays), default=MAX_ALIGNMENT)
-    for width in (4, 2):
+    for width in (8, 4, 2) if itemsize == 2 else (4, 2):
         if n_cols % width == 0 and aligned_to % (width * itemsize) == 0:
             return width
     return 1
 
 
-def vector_load(width, column_first=False):
-    """``load(arr, i, j)`` returning ``arr[i, j:j + width]`` as a tuple, width 1, 2 or 4
-    (``column_first``: the address order of :func:`_item_pointer`)."""
-    key = (width, column_first)
+def vector_load(width, column_first=False, fmt=None):
+    """``load(arr, i, j)`` returning ``arr[i, j:j + width]`` as a tuple, width 1, 2 or 4 (up to
+    8 for a 16-bit ``fmt``, whose values come back as float32; ``column_first``: the address
+    order of :func:`_item_pointer`)."""
+    half = fmt if is_half(fmt) else None
+    key = (width, column_first, half)
     if key not in _vector_loads:
-        make = _make_python_vector_load if config.ENABLE_CUDASIM else _make_vector_load
-        _vector_loads[key] = make(width, column_first)
+        if half:
+            make = _make_python_half_vector_load if config.ENABLE_CUDASIM else _make_half_vector_load
+            _vector_loads[key] = make(width, half, column_first)
+        else:
+            make = _make_python_vector_load if config.ENABLE_CUDASIM else _make_vector_load
+            _vector_loads[key] = make(width, column_first)
     return _vector_loads[key]
 
 
