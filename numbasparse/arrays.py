@@ -364,5 +364,7 @@ def host_result(op, array):
     if op.framework == "torch-cpu":
         import torch
 
+        if array.dtype.name == "bfloat16":  # torch reads no ml_dtypes array: its bits, then a view
+            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(array)
     return array

@@ -57,8 +57,8 @@ class Graph:
         return self
 
     def _setup(self, parts, device, dtype):
-        if dtype not in (torch.float32, torch.float64):
-            raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+        if dtype not in _DTYPES:
+            raise TypeError(f"dtype must be one of {', '.join(map(str, _DTYPES))}, got {dtype}")
         indptr, indices, values, shape = parts
         indptr, indices = indptr.to(device, torch.int64), indices.to(device, torch.int64)
         self.shape, self.nnz, self.device = tuple(shape), int(indices.shape[0]), device
@@ -92,9 +92,10 @@ class Graph:
         values = values.detach()
         if transpose:
             values = values[self._to_transposed]
-        if values.device.type == "cpu":
+        if values.device.type == "cpu":  # (scipy holds 16-bit values as float32; the API rounds them back)
             pattern = self.pattern(transpose)
-            return sp.csr_matrix((values.numpy(), pattern.indices, pattern.indptr), shape=pattern.shape)
+            host = values.numpy() if values.dtype in (torch.float32, torch.float64) else values.float().numpy()
+            return sp.csr_matrix((host, pattern.indices, pattern.indptr), shape=pattern.shape)
         key = (transpose, values.dtype)
         if key not in self._device_csr:
             indptr, indices, shape = self._csr_parts[transpose]
@@ -132,13 +133,25 @@ class Graph:
         return self._degrees.to(dtype)
 
 
-def _numpy_dtype(dtype):
-    return {torch.float32: np.float32, torch.float64: np.float64}[dtype]
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-def _host_values(out):
-    """An SDDMM result as a tensor of the nnz values (a scipy CSR from the CPU backend)."""
-    return torch.from_numpy(out.data) if sp.issparse(out) else out
+def _host_values(out, dtype):
+    """An SDDMM result as a tensor of the nnz values of ``dtype`` (the CPU backend's is a scipy
+    CSR, float32 for 16-bit operands)."""
+    return torch.from_numpy(out.data).to(dtype) if sp.issparse(out) else out
+
+
+def _autocast(*tensors):
+    """The operands as ``torch.autocast`` would pass them to a matmul: where autocast is on for
+    their device, float32 and 16-bit ones in the autocast dtype (float64 ones stay: as cuBLAS
+    ops under autocast, an explicit float64 is kept).  The casts are torch ops, so gradients
+    flow back in each operand's own dtype."""
+    device_type = next(t for t in tensors if t is not None).device.type
+    if not torch.is_autocast_enabled(device_type):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) if t is not None and t.dtype in _DTYPES[:1] + _DTYPES[2:] else t for t in tensors)
 
 
 # Each operation exists twice, with one forward, one setup and one backward: as a torch custom op
@@ -198,7 +211,7 @@ def _spmm_backward(ctx, dC):
 def _sddmm_forward(values, X, Y, graph_key):
     """s = values ⊙ <X_i, Y_j> per stored entry (i, j), in the pattern's entry order."""
     graph = _graph(graph_key)
-    return _host_values(api.sddmm(graph.matrix(values), X.detach().contiguous(), Y.detach().contiguous()))
+    return _host_values(api.sddmm(graph.matrix(values), X.detach().contiguous(), Y.detach().contiguous()), X.dtype)
 
 
 def _sddmm_setup(ctx, inputs, output):
@@ -402,6 +415,7 @@ def spmm(graph, B, values=None, *, reduce="sum"):
 
     Multi-head: B of shape (K, heads, F) with values of shape (nnz, heads) (or (nnz,), shared by
     the heads) gives C of shape (M, heads, F), head h computed with values[:, h] and B[:, h]."""
+    B, values = _autocast(B, graph.values if values is None else values)
     if B.dim() == 3:
         values = _values(graph, values, B, heads=B.shape[1])
         return _per_head(lambda v, b: spmm(graph, b.contiguous(), v.contiguous(), reduce=reduce), values, B)
@@ -418,6 +432,7 @@ def spmm(graph, B, values=None, *, reduce="sum"):
 def sddmm(graph, X, Y, values=None):
     """``values ⊙ <X_i, Y_j>`` per stored entry (a tensor in the pattern's entry order).
     Multi-head: X (M, heads, D) and Y (N, heads, D) give scores of shape (nnz, heads)."""
+    X, Y, values = _autocast(X, Y, graph.values if values is None else values)
     if X.dim() == 3:
         values = _values(graph, values, X, heads=X.shape[1])
         return _per_head(lambda v, x, y: sddmm(graph, x.contiguous(), y.contiguous(), v.contiguous()), values, X, Y)
@@ -426,11 +441,13 @@ def sddmm(graph, X, Y, values=None):
 
 def sddmm_spmm(graph, X, Y, Z, values=None):
     """``(A ⊙ (X Y^T)) Z`` in one fused kernel forward; differentiable in X, Y, Z, values."""
+    X, Y, Z, values = _autocast(X, Y, Z, graph.values if values is None else values)
     return _run("scores_times", _values(graph, values, X), X, Y, Z, graph._rows, graph.key, False)
 
 
 def graph_attention(graph, Q, K, V, values=None):
     """``softmax_row(A ⊙ (Q K^T)) V`` fused forward (online softmax); differentiable in all."""
+    Q, K, V, values = _autocast(Q, K, V, graph.values if values is None else values)
     return _run("scores_times", _values(graph, values, Q), Q, K, V, graph._rows, graph.key, True)
 
 

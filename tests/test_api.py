@@ -131,8 +131,8 @@ def test_spmm_rejects_bad_arguments(small, kwargs, error, match):
 @pytest.mark.parametrize("B, error, match", [
     (np.zeros((6,), np.float32), ValueError, "B must be 2-D"),
     (np.zeros((5, 3), np.float32), ValueError, "A has 6 columns but B has 5 rows"),
-    (np.zeros((6, 3), np.int32), TypeError, "B must have dtype float32 or float64"),
-    (np.zeros((6, 3), np.float16), TypeError, "B must have dtype"),
+    (np.zeros((6, 3), np.int32), TypeError, "B must have dtype float32, float64, float16 or bfloat16"),
+    (np.zeros((6, 3), np.complex64), TypeError, "B must have dtype"),
     ([[1.0] * 3] * 6, TypeError, "B must be a NumPy array or a CUDA array"),
 ])
 def test_spmm_rejects_bad_B(small, B, error, match):

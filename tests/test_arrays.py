@@ -33,7 +33,7 @@ def test_dense_wraps_foreign_arrays_and_checks_them():
         dense(FakeCudaArray((4, 2), strides=(4, 16)), "B", 2)
     with pytest.raises(ValueError, match="2-D"):
         dense(FakeCudaArray((4,)), "B", 2)
-    with pytest.raises(TypeError, match="float32 or float64"):
+    with pytest.raises(TypeError, match="float32, float64, float16 or bfloat16"):
         dense(FakeCudaArray((4, 2), typestr="<i8"), "B", 2)
 
 

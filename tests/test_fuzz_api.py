@@ -80,7 +80,7 @@ BAD_ALGORITHMS = ["", "AUTO", "Auto", "rows", "cpu", "HP", "hp ", None, 0, b"aut
 BAD_BACKENDS = ["", "CPU", "Cuda", "gpu", "host", "cuda:0", "cpu ", None, 0, 1, b"cpu", ["cpu"], ("auto",), False]
 BAD_FUSED = ["no", "", None, 0, 1, 2, [], [False], np.bool_(False)]
 VALID_DTYPE_OPTIONS = [None, "float32", "float64", np.float32, np.float64, "f4", "f8", float, np.dtype("float32")]
-BAD_DTYPE_OPTIONS = ["float16", np.float16, "int32", int, bool, "bogus", "", 5, ["float32"], object, complex, "c8"]
+BAD_DTYPE_OPTIONS = ["int32", int, bool, "bogus", "", 5, ["float32"], object, complex, "c8"]
 VALID_INDEX_OPTIONS = [None, np.int32, np.int64, "int32", "int64", "i4", np.dtype("int64")]
 BAD_INDEX_OPTIONS = ["int16", np.uint32, np.float64, "uint64", "bogus", 7, ["int32"], object, bool, "float32"]
 
@@ -576,9 +576,9 @@ def first_match(attempts):
 
 # ---- dense operands -------------------------------------------------------------------------------
 
-DENSE_DTYPES = ["float16", "int8", "int32", "int64", "uint8", "bool", "complex64", "complex128", "object", ">f4",
+DENSE_DTYPES = ["int8", "int32", "int64", "uint8", "bool", "complex64", "complex128", "object", ">f4",
                 ">f8", "longdouble", "float32", "float64"]
-TORCH_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+TORCH_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64")  # halves: test_half.py
 LAYOUTS = ["C", "F", "strided", "transposed", "reversed", "broadcast", "unaligned"]
 
 

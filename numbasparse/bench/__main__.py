@@ -33,8 +33,10 @@ def parse_args(argv=None):
                         "sddmm_spmm, attention (fused vs unfused; yardstick: PyG-style gather/scatter)")
     p.add_argument("--reduce", type=_list, default=["sum"], help="SpMM reductions, e.g. sum,mean,max,min")
     p.add_argument("--algorithms", type=_list, default=None, help="numbasparse algorithms (default: all CUDA ones)")
-    p.add_argument("--baselines", type=_list, default=list(BASELINES), help="comma list, or 'none'")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--baselines", type=_list, default=None,
+                   help="comma list, or 'none' (default: all; the *_f32 ones only for 16-bit dtypes)")
+    p.add_argument("--dtype", choices=("float32", "float64", "float16", "bfloat16"), default="float32",
+                   help="operands' dtype; the *_f32 baselines run float32 copies of 16-bit inputs")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--reorder", type=_list, default=["none"],
@@ -48,6 +50,8 @@ def parse_args(argv=None):
     p.add_argument("--plots", help="write PNG plots into this directory (needs matplotlib)")
     p.add_argument("--markdown", help="write the table and summary as Markdown here")
     args = p.parse_args(argv)
+    if args.baselines is None:
+        args.baselines = [b for b in BASELINES if args.dtype in ("float16", "bfloat16") or not b.endswith("_f32")]
     if args.baselines == ["none"]:
         args.baselines = []
     unknown = set(args.baselines) - set(BASELINES)

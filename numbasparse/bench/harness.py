@@ -12,11 +12,13 @@ import numpy as np
 
 from .. import api, dispatch
 from ..csr import CSR
+from ..dtypes import as_dtype
 from ..reference import attention_reference, relative_error, sddmm_spmm_reference, spmm_reference
 from .baselines import BASELINES, OPS, Unsupported, to_numpy
 from .timing import time_cuda, time_cuda_interleaved, time_host, time_kernels
 
-TOLERANCE = {"float32": 1e-4, "float64": 1e-10}  # cuSPARSE and atomics reorder sums
+#: cuSPARSE and atomics reorder sums; 16-bit results are rounded once (unit roundoff, README)
+TOLERANCE = {"float32": 1e-4, "float64": 1e-10, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 GCN_OUT = 64  # "gcn" op: (A @ X) @ W with X (K, N) and W (N, GCN_OUT), a GCN layer
 #: SDDMM -> SpMM ops, all dense operands N wide: "sddmm_spmm" (A ⊙ X Y^T) Z, "attention" softmax_row(...) Z
 SCORE_OPS = ("sddmm_spmm", "attention")
@@ -36,7 +38,7 @@ class Case:
 def compulsory_bytes(A, op, n, dtype, index_bytes=4):
     """Bytes every implementation must move: the CSR once, the dense inputs once, the
     output once (SpMM: B and C; SDDMM: X, Y and the nnz values; GCN: X, W and the output)."""
-    value = np.dtype(dtype).itemsize
+    value = as_dtype(dtype).itemsize
     m, k = A.shape
     csr = (m + 1) * index_bytes + A.nnz * (index_bytes + value)
     if op == "spmm":
@@ -132,7 +134,7 @@ def l2_copies(case, l2_bytes):
     """How many copies of the dense inputs to rotate so they do not stay in L2."""
     m, k = case.A.shape
     rows = {"spmm": k, "sddmm": m + k, "gcn": k, "sddmm_spmm": m + 2 * k, "attention": m + 2 * k}[case.op]
-    dense = rows * case.n * np.dtype(case.dtype).itemsize
+    dense = rows * case.n * as_dtype(case.dtype).itemsize
     return int(min(8, max(1, np.ceil(3 * l2_bytes / max(dense, 1)))))
 
 

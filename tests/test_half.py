@@ -1,0 +1,132 @@
+"""Half precision: float16 and bfloat16 operands on every operation, computed in float32 and
+rounded once to the operands' dtype, on the CUDA kernels (the simulator here) and the CPU backend.
+
+The bound pinned here (and stated in the README): against a float64 computation on the same
+16-bit inputs, an operation that rounds once (SpMM, SDDMM, the fused kernels, the fused GCN
+layer) is within the unit roundoff u of the dtype by relative norm error (u = 2^-11 float16,
+2^-8 bfloat16); the unfused SDDMM -> SpMM also rounds its scores: within 2u."""
+import ml_dtypes
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import numbasparse as ns
+from numbasparse import dispatch
+
+HALVES = {"float16": (np.dtype(np.float16), 2.0**-11), "bfloat16": (np.dtype(ml_dtypes.bfloat16), 2.0**-8)}
+BACKENDS = ["cuda", "cpu"]
+
+
+def relative_error(result, reference):
+    result = np.asarray(result.toarray() if sp.issparse(result) else result, np.float64)
+    reference = reference.toarray() if sp.issparse(reference) else reference
+    return np.linalg.norm(result - reference) / np.linalg.norm(reference)
+
+
+@pytest.fixture
+def graph():
+    """A 37 x 29 graph with an empty row, a heavy row and values that 16 bits cannot hold exactly."""
+    rng = np.random.default_rng(7)
+    dense = (rng.random((37, 29)) < 0.15) * rng.standard_normal((37, 29))
+    dense[3] = 0
+    dense[11, rng.random(29) < 0.9] = 1.1
+    return sp.csr_matrix(dense)
+
+
+def rounded(A, dtype):
+    """A with its values rounded to ``dtype``, in float64: what the kernels compute with."""
+    A = A.astype(np.float64)
+    A.data = A.data.astype(dtype).astype(np.float64)
+    return A
+
+
+def operands(rng, dtype, *shapes):
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("name", HALVES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+def test_spmm_in_half_precision_rounds_once(graph, name, backend, reduce):
+    dtype, u = HALVES[name]
+    (B,) = operands(np.random.default_rng(1), dtype, (29, 24))
+    C = ns.spmm(graph, B, reduce=reduce, backend=backend)
+    assert C.dtype == dtype and C.shape == (37, 24)
+    reference = ns.spmm(rounded(graph, dtype), B.astype(np.float64), reduce=reduce, backend="cpu")
+    assert relative_error(C, reference) <= u
+    assert not np.any(C.astype(np.float32)[3])  # the empty row
+
+
+@pytest.mark.parametrize("name", HALVES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sddmm_in_half_precision_rounds_once(graph, name, backend):
+    dtype, u = HALVES[name]
+    X, Y = operands(np.random.default_rng(2), dtype, (37, 16), (29, 16))
+    S = ns.sddmm(graph, X, Y, backend=backend)
+    reference = ns.sddmm(rounded(graph, dtype), X.astype(np.float64), Y.astype(np.float64), backend="cpu")
+    assert S.dtype == np.float32  # scipy holds no 16-bit floats: the 16-bit values, widened
+    assert np.array_equal(S.data, S.data.astype(dtype).astype(np.float32))
+    assert relative_error(S, reference) <= u
+
+
+@pytest.mark.parametrize("name", HALVES)
+@pytest.mark.parametrize("op", ["sddmm_spmm", "graph_attention"])
+@pytest.mark.parametrize("backend, fused", [("cuda", True), ("cuda", False), ("cpu", True)])
+def test_scores_times_in_half_precision(graph, name, op, backend, fused):
+    dtype, u = HALVES[name]
+    X, Y, Z = operands(np.random.default_rng(3), dtype, (37, 8), (29, 8), (29, 12))
+    out = getattr(ns, op)(graph, X, Y, Z, fused=fused, backend=backend)
+    assert out.dtype == dtype
+    reference = getattr(ns, op)(rounded(graph, dtype), *(a.astype(np.float64) for a in (X, Y, Z)), backend="cpu")
+    assert relative_error(out, reference) <= (u if fused else 2 * u)
+
+
+@pytest.mark.parametrize("name", HALVES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_spmm_dense_in_half_precision(graph, name, backend):
+    dtype, u = HALVES[name]
+    X, W = operands(np.random.default_rng(4), dtype, (29, 20), (20, 6))
+    out = ns.spmm_dense(graph, X, W, backend=backend)
+    assert out.dtype == dtype
+    reference = ns.spmm_dense(rounded(graph, dtype), X.astype(np.float64), W.astype(np.float64), backend="cpu")
+    assert relative_error(out, reference) <= u
+
+
+@pytest.mark.parametrize("name", HALVES)
+def test_half_csr_keeps_its_values_in_half_and_gives_float32_to_scipy(graph, name):
+    dtype, _ = HALVES[name]
+    A = ns.CSR.from_scipy(graph, dtype=name)
+    assert A.dtype == dtype
+    back = A.to_scipy()
+    assert back.dtype == np.float32
+    assert np.array_equal(back.data, graph.data.astype(dtype).astype(np.float32))
+    with pytest.raises(TypeError, match="A.astype"):
+        ns.spmm(A, np.ones((29, 4), np.float32))
+
+
+def test_algorithms_without_half_precision_name_those_with_it(graph):
+    B = np.ones((29, 8), np.float16)
+    with pytest.raises(ValueError, match="'crc' takes float32 and float64 operands, not float16; float16 runs on hp"):
+        ns.spmm(graph, B, algorithm="crc")
+    assert "slab" not in [name for name, a in dispatch.SPMM.items() if "bfloat16" in a.dtypes]
+
+
+def test_auto_runs_hp_for_half_where_it_runs_slab_for_float32():
+    dense_graph = dict(shape=(2048, 2048), nnz=2048 * 512, cache=None)
+    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, dense_graph["nnz"], "sum", dense_graph["shape"],
+                            4).name == "slab"
+    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, dense_graph["nnz"], "sum", dense_graph["shape"],
+                            2, dtype=np.dtype(np.float16)).name == "hp"
+
+
+def test_half_inputs_are_not_modified(graph):
+    B = np.random.default_rng(5).standard_normal((29, 8)).astype(ml_dtypes.bfloat16)
+    before = B.copy()
+    ns.spmm(graph, B, backend="cuda")
+    assert np.array_equal(B.view(np.uint16), before.view(np.uint16))
+
+
+def test_a_float16_overflow_gives_inf_not_a_wrong_finite_value():
+    A = sp.csr_matrix(np.full((1, 4), 300.0))
+    C = ns.spmm(A, np.full((4, 2), 100.0, np.float16), backend="cuda")  # 120000 > 65504
+    assert np.all(np.isinf(C.astype(np.float32)))
