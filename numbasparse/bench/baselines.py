@@ -150,7 +150,8 @@ def to_numpy(result):
     if hasattr(result, "layout") and "sparse" in str(result.layout):
         result = result.values()
     if hasattr(result, "detach"):
-        return result.detach().cpu().numpy()
+        result = result.detach()
+        return (result.float() if result.dtype.itemsize == 2 else result).cpu().numpy()
     if hasattr(result, "get"):
         return result.get()
     if hasattr(result, "copy_to_host"):

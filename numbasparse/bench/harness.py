@@ -35,6 +35,13 @@ class Case:
     dtype: str = "float32"
 
 
+def tolerance(impl, dtype):
+    """Largest relative error a result of ``impl`` may have to be timed: TOLERANCE, and for the
+    baselines in 16-bit dtypes 4x that (torch's bfloat16 ``sparse.mm`` rounds more than once:
+    about 1.7 u measured); the error is reported in every row."""
+    return TOLERANCE[dtype] * (4 if dtype in ("float16", "bfloat16") and not impl.startswith("ns:") else 1)
+
+
 def compulsory_bytes(A, op, n, dtype, index_bytes=4):
     """Bytes every implementation must move: the CSR once, the dense inputs once, the
     output once (SpMM: B and C; SDDMM: X, Y and the nnz values; GCN: X, W and the output)."""
@@ -176,7 +183,7 @@ def run_case(case, impls, *, repeat=20, warmup=5, l2_bytes=50 << 20, seed=0):
         try:
             run = make(case.A, case.op, case.reduce, case.dtype)
             row["error"] = relative_error(to_numpy(run(*buffers[0])), reference)
-            if not row["error"] <= TOLERANCE[case.dtype]:
+            if not row["error"] <= tolerance(name, case.dtype):
                 row["status"] = "wrong result"
                 continue
             cycle = itertools.cycle(buffers)
@@ -306,7 +313,7 @@ def run_sampled(name, subgraphs, impls, n, *, dtype="float32", repeat=20, warmup
         try:
             runs = [make(A, "spmm", "sum", dtype) for A in subgraphs]
             row["error"] = max(relative_error(to_numpy(r(B)), ref) for r, B, ref in zip(runs, Bs, refs))
-            if not row["error"] <= TOLERANCE[dtype]:
+            if not row["error"] <= tolerance(impl, dtype):
                 row["status"] = "wrong result"
                 continue
             calls[impl] = (row, in_sequence(runs, Bs))

@@ -71,4 +71,21 @@ def kernel_configs():
         configs.append((f"edge_softmax {value}/{index}", fused.edge_softmax_kernel(value), (I[::1], V[::1], V[::1])))
         configs.append((f"gather_rows {value}", gather.gather_rows_kernel(), (V[:, ::1], numba.int64[::1], V[:, ::1])))
         configs.append((f"gather {value}", gather.gather_kernel(), (V[::1], numba.int64[::1], V[::1])))
+    # 16-bit values (uint16 bits in the kernels): the kernels that take them, in their launch modes
+    H, I = numba.uint16, numba.int32
+    csr = (I[::1], I[::1], H[::1])
+    windows = (numba.int64[::1],) * 6 + (numba.boolean[::1],)
+    for fmt in ("<f2", "bf16"):
+        for reduce, code in reductions.CODES.items():
+            for lanes, vec, depth in ((8, 4, 1), (32, 4, 4), (32, 8, 4)):
+                configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True {reduce} {fmt}",
+                                hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True),
+                                (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1])))
+        configs.append((f"sddmm_hp vec=8 group=4 {fmt}", hp.sddmm_hp_kernel(8, 4, fmt),
+                        (*csr, I[::1], H[:, ::1], H[:, ::1], H[::1], numba.int64)))
+        for softmax in (False, True):
+            configs.append((f"fused_row q=2 softmax={softmax} {fmt}", fused.fused_row_kernel(2, fmt, softmax),
+                            (*csr, *(H[:, ::1],) * 4)))
+        configs.append((f"edge_softmax {fmt}", fused.edge_softmax_kernel(fmt), (I[::1], H[::1], H[::1])))
+        configs.append((f"spmm_dense {fmt}", hc.spmm_dense_kernel(fmt, "<i4"), (*csr, *windows, *(H[:, ::1],) * 3)))
     return configs

@@ -48,7 +48,8 @@ WAVES = 2
 MIN_LANES, MAX_LANES = 4, 32
 #: Entries of one row whose B rows a lane group loads before it uses the first (more gathers in
 #: flight), on graphs whose non-empty rows average GATHER_MIN_ROW entries or more, for lanes of
-#: at most GATHER_MAX_WIDTH columns (wider ones would spill).
+#: at most GATHER_MAX_WIDTH columns of 32 bits or more, twice that of 16 bits (one 16-byte
+#: load either way; wider ones would spill); 16-bit rules in :func:`gather_depth`.
 GATHER_DEPTH, GATHER_MIN_ROW, GATHER_MAX_WIDTH = 2, 16, 4
 #: The single launch is used only where no lane group writes more than MAX_ZEROED_ROWS empty
 #: rows, one after another, and no row spans more than MAX_SINGLE_LAUNCH_SPAN blocks after its
@@ -63,8 +64,12 @@ def lane_layout(n_cols, itemsize, B, lanes=None):
     MIN_LANES), so N = 32 float32 runs 8 lanes x 4 columns (a warp works on 4 nonzeros at once)
     and N = 256 two column tiles of 32 lanes x 4 columns.  ``lanes`` forces the group size.  A
     group narrower than MAX_LANES takes cf = 2 vectors per lane where N is wider than one vector
-    of the group."""
+    of the group.  16-bit values take 8-wide vectors only where 32 lanes of 4 cannot cover N:
+    a group of fewer lanes shares its warp with other groups, which wait for each other at every
+    row end (measured: 32 x 4 faster than 16 x 8 at N = 128, BENCHMARKS.md "Half precision")."""
     vec = vector_width(n_cols, itemsize, B)
+    if vec > 4 and n_cols < MAX_LANES * vec:
+        vec = 4
     if lanes is None:
         lanes = MAX_LANES
         while lanes > MIN_LANES and lanes * vec > n_cols:
@@ -75,12 +80,17 @@ def lane_layout(n_cols, itemsize, B, lanes=None):
     return lanes, vec, cf
 
 
-def gather_depth(nnz, nonempty_rows, width):
+def gather_depth(nnz, nonempty_rows, width, itemsize=4, lanes=MAX_LANES):
     """Entries per gather batch for a graph of ``nnz`` entries in ``nonempty_rows`` non-empty
-    rows with ``width`` columns per lane: GATHER_DEPTH on graphs of long rows (the kernel is
-    latency-bound there), 1 on short rows (short runs of one row leave a warp's groups on
-    different paths)."""
+    rows with ``width`` columns of ``itemsize`` bytes per lane in groups of ``lanes``:
+    GATHER_DEPTH on graphs of long rows (the kernel is latency-bound there), 1 on short rows
+    (short runs of one row leave a warp's groups on different paths).  16-bit values: twice
+    GATHER_DEPTH (a load brings half the bytes, so twice the loads in flight keep the same bytes
+    in flight), also on short rows when a group is the whole warp (no other group to diverge
+    from)."""
     long_rows = nnz >= GATHER_MIN_ROW * max(1, nonempty_rows)
+    if itemsize == 2:
+        return 2 * GATHER_DEPTH if width <= 2 * GATHER_MAX_WIDTH and (long_rows or lanes == MAX_LANES) else 1
     return GATHER_DEPTH if long_rows and width <= GATHER_MAX_WIDTH else 1
 
 
@@ -491,7 +501,7 @@ def spmm_layout(A, n_cols, itemsize, B, lanes=None):
     """(lanes, vec, cf, depth) of the kernel for A and ``n_cols`` columns of B: the lane layout
     (:func:`lane_layout`, ``lanes`` forcing the group size) and the gather depth."""
     lanes, vec, cf = lane_layout(n_cols, itemsize, B, lanes)
-    return lanes, vec, cf, gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf)
+    return lanes, vec, cf, gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, itemsize, lanes)
 
 
 def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
@@ -499,7 +509,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
     overrides)."""
     fmt = kernel_format(A.dtype)
     lanes, vec, cf = layout or lane_layout(n, C.dtype.itemsize, B, lanes)
-    depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf)
+    depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, C.dtype.itemsize, lanes)
     n_tiles = cdiv(n, lanes * vec * cf)
     groups_per_warp = WARP // lanes
     if nnz_per_group is None:

@@ -401,13 +401,28 @@ def _make_half_vector_load(width, fmt, column_first=False):
 
         def codegen(context, builder, sig, args):
             ptr = _item_pointer(context, builder, sig, args, column_first)
-            i16 = ir.IntType(16)
+            i16, i32 = ir.IntType(16), ir.IntType(32)
             if width == 1:
-                items = [builder.load(builder.bitcast(ptr, i16.as_pointer()), align=2)]
+                bits = builder.load(builder.bitcast(ptr, i16.as_pointer()), align=2)
+                return context.make_tuple(builder, sig.return_type, [_half_to_float_ir(builder, fmt, bits)])
+            # as 32-bit words (ld.global.v4.b32 for 8 halves: the backend splits a vector of i16)
+            words = width // 2
+            if words == 1:
+                word_list = [builder.load(builder.bitcast(ptr, i32.as_pointer()), align=4)]
             else:
-                vector = builder.load(builder.bitcast(ptr, ir.VectorType(i16, width).as_pointer()), align=2 * width)
-                items = [builder.extract_element(vector, ir.Constant(ir.IntType(32), k)) for k in range(width)]
-            return context.make_tuple(builder, sig.return_type, [_half_to_float_ir(builder, fmt, x) for x in items])
+                vector = builder.load(builder.bitcast(ptr, ir.VectorType(i32, words).as_pointer()), align=2 * width)
+                word_list = [builder.extract_element(vector, ir.Constant(i32, k)) for k in range(words)]
+            items = []
+            for word in word_list:  # little-endian: the lower column in the low half
+                if fmt == "bf16":  # a bfloat16 is the high half of a float32
+                    low = builder.shl(word, ir.Constant(i32, 16))
+                    high = builder.and_(word, ir.Constant(i32, 0xFFFF0000))
+                    items += [builder.bitcast(low, ir.FloatType()), builder.bitcast(high, ir.FloatType())]
+                else:
+                    low = builder.trunc(word, i16)
+                    high = builder.trunc(builder.lshr(word, ir.Constant(i32, 16)), i16)
+                    items += [_half_to_float_ir(builder, fmt, low), _half_to_float_ir(builder, fmt, high)]
+            return context.make_tuple(builder, sig.return_type, items)
 
         return signature, codegen
 

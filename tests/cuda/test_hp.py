@@ -60,11 +60,25 @@ def test_lane_layout_rules():
     assert hp.lane_layout(128, 4, None, lanes=16) == (16, 4, 2)  # forced narrow: 2 vectors
 
 
+def test_lane_layout_of_16_bit_values_widens_vectors_only_past_32_lanes_of_4():
+    assert hp.lane_layout(32, 2, None) == (8, 4, 1)
+    assert hp.lane_layout(128, 2, None) == (32, 4, 1)  # not 16 x 8: groups sharing a warp wait at row ends
+    assert hp.lane_layout(256, 2, None) == (32, 8, 1)  # one 16-byte load per lane
+    assert hp.lane_layout(192, 2, None) == (32, 4, 1)
+
+
 def test_gather_depth_rule():
     assert hp.gather_depth(nnz=4000, nonempty_rows=100, width=4) == 2  # rows of 40
     assert hp.gather_depth(nnz=400, nonempty_rows=100, width=4) == 1  # rows of 4
     assert hp.gather_depth(nnz=4000, nonempty_rows=100, width=8) == 1  # would spill
     assert hp.gather_depth(nnz=0, nonempty_rows=0, width=4) == 1
+
+
+def test_gather_depth_of_16_bit_values_keeps_the_bytes_in_flight():
+    assert hp.gather_depth(nnz=4000, nonempty_rows=100, width=8, itemsize=2, lanes=32) == 4  # 2 x float32's
+    assert hp.gather_depth(nnz=400, nonempty_rows=100, width=4, itemsize=2, lanes=32) == 4  # a group per warp
+    assert hp.gather_depth(nnz=400, nonempty_rows=100, width=4, itemsize=2, lanes=8) == 1  # groups would diverge
+    assert hp.gather_depth(nnz=4000, nonempty_rows=100, width=16, itemsize=2, lanes=16) == 1  # would spill
 
 
 @pytest.mark.parametrize("lanes", [4, 8, 16])
