@@ -281,3 +281,58 @@ def test_graph_values_never_share_the_callers_memory():
     g = nst.Graph(A)
     g.values.mul_(10)
     assert torch.equal(values, torch.tensor([1.0, 2.0, 3.0]))
+
+
+# Half precision: results and gradients against float64 on the same 16-bit inputs.  Forward
+# values round once (within u = 2^-11 float16, 2^-8 bfloat16, relative norm error); gradients
+# are built from several half-precision operations, each rounding once: within 8u (README).
+HALF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
+HALF_OPS = ["spmm", "spmm_mean", "spmm_max", "sddmm", "sddmm_spmm", "graph_attention"]
+
+
+def _half_case(op, graph, inputs, values):
+    if op.startswith("spmm"):
+        reduce = op.split("_")[1] if "_" in op else "sum"
+        return nst.spmm(graph, inputs[0], values, reduce=reduce)
+    return getattr(nst, op)(graph, *inputs, values)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("op", HALF_OPS)
+def test_half_precision_results_and_gradients_match_float64(device, dtype, op):
+    rng, A, graph64 = _setup(device, shape=(40, 30), density=0.2, seed=3)
+    half = getattr(torch, dtype)
+    shapes = {"sddmm": [(40, 8), (30, 8)]}.get(op, [(30, 16)] if op.startswith("spmm") else [(40, 8), (30, 8), (30, 16)])
+    inputs = [torch.tensor(rng.standard_normal(s), device=device).to(half).requires_grad_() for s in shapes]
+    values = graph64.values.to(half).requires_grad_()
+    out = _half_case(op, graph64, inputs, values)
+    assert out.dtype == half
+    inputs64 = [t.detach().double().requires_grad_() for t in inputs]
+    values64 = values.detach().double().requires_grad_()
+    out64 = _half_case(op, graph64, inputs64, values64)
+    u = HALF[dtype]
+    assert (out.double() - out64).norm() <= u * out64.norm()
+    weights = torch.tensor(rng.standard_normal(tuple(out.shape)), device=device)
+    (out.double() * weights).sum().backward()
+    (out64 * weights).sum().backward()
+    for got, want in zip(inputs + [values], inputs64 + [values64]):
+        assert got.grad.dtype == half
+        if op != "spmm_max":  # (max's gradient goes to the largest product, which rounding may change)
+            assert (got.grad.double() - want.grad).norm() <= 8 * u * want.grad.norm()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autocast_runs_the_ops_in_its_dtype_with_gradients_in_the_parameters_dtype(device):
+    rng, A, _ = _setup(device, shape=(20, 20), density=0.3, seed=4)
+    graph = nst.Graph(A, device=device)  # float32 values
+    W = torch.tensor(rng.standard_normal((20, 8)), dtype=torch.float32, device=device, requires_grad=True)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        C = nst.spmm(graph, W)
+        s = nst.sddmm(graph, W, W)
+        attention = nst.graph_attention(graph, W, W, W)
+    assert C.dtype == s.dtype == attention.dtype == torch.bfloat16
+    (C.float().sum() + s.float().sum() + attention.float().sum()).backward()
+    assert W.grad.dtype == torch.float32
+    with torch.autocast(device, dtype=torch.bfloat16):  # float64 stays float64, as for cuBLAS ops
+        assert nst.spmm(nst.Graph(A, device=device, dtype=torch.float64), W.detach().double()).dtype == torch.float64
