@@ -48,7 +48,8 @@ class Aggregate:
     def spmm(self, H):
         if self.ops == "numbasparse":
             return nst.spmm(self.graph, H)
-        return torch.sparse.mm(self.sparse, H.float())
+        with torch.autocast(H.device.type, enabled=False):  # torch's sparse CUDA mm takes no bfloat16
+            return torch.sparse.mm(self.sparse, H.float())
 
     def attention(self, Q, K, V):
         if self.ops == "numbasparse":

@@ -142,7 +142,8 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
     """Sparse-dense product with a reduction: ``C[i] = reduce_j a_ij * B[j]``.
 
     A: scipy.sparse matrix/array (converted to canonical CSR) or :class:`CSR`, shape (M, K).
-    B: (K, N) float32/float64, a NumPy array or a CUDA array (Numba, CuPy, PyTorch).
+    B: (K, N) float32, float64, float16 or bfloat16 (16-bit: computed in float32, rounded once),
+        a NumPy array or a CUDA array (Numba, CuPy, PyTorch).
     reduce: "sum", "mean" (over the stored entries of the row), "max" or "min"; rows with
         no stored entry give 0; a NaN product makes its row NaN (max and min too).
     algorithm: "auto" or a name from ``algorithms("spmm")``.
@@ -198,7 +199,7 @@ def sddmm(A, X, Y, *, algorithm="auto", backend="auto"):
     """Sampled dense-dense product: ``a_ij * <X[i], Y[j]>`` for each stored entry (i, j) of A.
 
     A: scipy.sparse matrix/array or :class:`CSR`, shape (M, N).
-    X: (M, K) and Y: (N, K), float32/float64, both NumPy arrays or both CUDA arrays.
+    X: (M, K) and Y: (N, K), of one value dtype, both NumPy arrays or both CUDA arrays.
 
     Returns, for NumPy X/Y, a scipy.sparse.csr_matrix with A's canonical sparsity pattern
     (sorted indices, duplicates summed); for CUDA X/Y, a 1-D array of X's framework holding
@@ -250,7 +251,7 @@ def spmm_dense(A, X, W, *, backend="auto"):
     """A GCN layer's aggregation and update, ``(A @ X) @ W``, fused into one kernel on CUDA.
 
     A: scipy.sparse matrix/array or :class:`CSR`, shape (M, K).
-    X: (K, F_in) and W: (F_in, F_out), float32/float64, both NumPy or both CUDA arrays.
+    X: (K, F_in) and W: (F_in, F_out), of one value dtype, both NumPy or both CUDA arrays.
 
     On CUDA, one kernel aggregates each 16-row window of ``A @ X`` into shared memory on
     HC-SpMM's path for that window (dense tiles or CUDA cores, chosen by the selector) and
@@ -285,7 +286,7 @@ def spmm_dense(A, X, W, *, backend="auto"):
 def sddmm_spmm(A, X, Y, Z, *, fused=True, backend="auto"):
     """``(A ⊙ (X Y^T)) Z``: SDDMM then SpMM with its result as the sparse matrix (CS267 report).
 
-    A: scipy.sparse or :class:`CSR` (M, N); X: (M, K); Y: (N, K); Z: (N, F); float32/float64,
+    A: scipy.sparse or :class:`CSR` (M, N); X: (M, K); Y: (N, K); Z: (N, F); of one value dtype,
     all NumPy or all CUDA arrays.  fused: one CUDA kernel (a warp per row; scores never
     stored), else HP-SDDMM then HP-SpMM.  Returns (M, F) of X's dtype and kind.
     """

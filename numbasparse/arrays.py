@@ -173,7 +173,7 @@ def _framework(x):
 def _check_torch(x, name):
     """TypeError naming ``name`` for a tensor the kernels cannot read: not on the CPU or a CUDA
     device (e.g. ``meta``: no data, and asking it for any would initialise CUDA), or of a dtype
-    other than float32/float64."""
+    other than the value dtypes (float32, float64, float16, bfloat16)."""
     if not x.is_cuda and x.device.type != "cpu":
         raise TypeError(f"{name} is a torch tensor on the {x.device.type!r} device; numbasparse takes CPU or "
                         f"CUDA tensors")
@@ -214,7 +214,7 @@ def dlpack_only(x):
 
 
 def dense(x, name, ndim):
-    """Validate ``x`` as a ``ndim``-D float32/float64 operand named ``name``: no copy on the
+    """Validate ``x`` as a ``ndim``-D operand of a value dtype named ``name``: no copy on the
     device; on the host a C-contiguous array in native byte order (a copy where ``x`` is not)."""
     framework = _framework(x)
     if framework is None and hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
