@@ -130,3 +130,15 @@ def test_a_float16_overflow_gives_inf_not_a_wrong_finite_value():
     A = sp.csr_matrix(np.full((1, 4), 300.0))
     C = ns.spmm(A, np.full((4, 2), 100.0, np.float16), backend="cuda")  # 120000 > 65504
     assert np.all(np.isinf(C.astype(np.float32)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [8, 256])
+def test_a_half_output_off_vector_alignment_is_written_right(graph, n):
+    torch = pytest.importorskip("torch")
+    B = torch.randn(29, n, device="cuda").to(torch.bfloat16)
+    out = torch.empty(37 * n + 1, device="cuda", dtype=torch.bfloat16)[1:].view(37, n)  # 2-byte aligned
+    A = ns.CSR.from_scipy(graph, dtype="bfloat16")
+    ns.spmm(A, B, out=out)
+    reference = ns.spmm(rounded(graph, HALVES["bfloat16"][0]), B.double().cpu().numpy(), backend="cpu")
+    assert relative_error(out.float().cpu().numpy(), reference) <= 2.0**-8

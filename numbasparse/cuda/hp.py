@@ -27,8 +27,9 @@ from .device import WARP_SIZE as WARP
 from .device import cdiv
 from .fill import fill_identity
 from ..dtypes import kernel_format
-from .intrinsics import (atomic_max_float, atomic_min_float, converters, flagged_parts, flagged_words, is_half,
-                         shfl_down, syncblock, syncwarp_lanes, value_types, vector_load, vector_width)
+from .intrinsics import (atomic_max_float, atomic_min_float, converters, flagged_parts, flagged_words,
+                         half_vector_store, is_half, shfl_down, syncblock, syncwarp_lanes, value_types, vector_load,
+                         vector_width)
 from .reductions import combine
 
 # Launch rules ------------------------------------------------------------------------------
@@ -57,7 +58,7 @@ GATHER_DEPTH, GATHER_MIN_ROW, GATHER_MAX_WIDTH = 2, 16, 4
 MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 10
 
 
-def lane_layout(n_cols, itemsize, B, lanes=None):
+def lane_layout(n_cols, itemsize, *arrays, lanes=None):
     """(lanes, vec, cf): groups of ``lanes`` lanes, each lane reading ``cf`` aligned vectors of
     ``vec`` columns.  The vector is as wide as alignment allows; the group is MAX_LANES or as
     narrow as that vector allows without idling lanes (lanes * vec <= n_cols, at least
@@ -66,8 +67,9 @@ def lane_layout(n_cols, itemsize, B, lanes=None):
     group narrower than MAX_LANES takes cf = 2 vectors per lane where N is wider than one vector
     of the group.  16-bit values take 8-wide vectors only where 32 lanes of 4 cannot cover N:
     a group of fewer lanes shares its warp with other groups, which wait for each other at every
-    row end (measured: 32 x 4 faster than 16 x 8 at N = 128, BENCHMARKS.md "Half precision")."""
-    vec = vector_width(n_cols, itemsize, B)
+    row end (measured: 32 x 4 faster than 16 x 8 at N = 128, BENCHMARKS.md "Half precision").
+    ``arrays``: those the vectors address (B; and C for 16-bit values, stored by vectors too)."""
+    vec = vector_width(n_cols, itemsize, *arrays)
     if vec > 4 and n_cols < MAX_LANES * vec:
         vec = 4
     if lanes is None:
@@ -177,19 +179,17 @@ def _store_parts(reduce_code, vec, cf, span, fmt):
     whole row, else combined atomically into the filled C; or write zeros (an empty row).  A
     16-bit C (format ``fmt``) is only ever stored whole rows (the single launch): rounded once,
     never combined atomically in 16 bits."""
-    MEAN = reductions.MEAN
     to_storage = converters(fmt)[1]
 
     if is_half(fmt):
+        pack = _half_packer(vec, reduce_code, to_storage)
+        store = half_vector_store(vec)
+
         @cuda.jit(device=True, inline="always")
         def flush(C, row, j, acc, count, owned):
             for c in range(cf):
                 if j + c * span < C.shape[1]:
-                    for v in range(vec):
-                        x = acc[c * vec + v]
-                        if reduce_code == MEAN:
-                            x = x / count
-                        C[row, j + c * span + v] = to_storage(x)
+                    store(C, row, j + c * span, pack(acc, c * vec, count))
     else:
         flush = _atomic_flush(reduce_code, vec, cf, span)
 
@@ -201,6 +201,39 @@ def _store_parts(reduce_code, vec, cf, span, fmt):
                     C[row, j + c * span + v] = 0
 
     return flush, zero_row
+
+
+def _half_packer(vec, reduce_code, to_storage):
+    """``pack(acc, at, count)``: the 16-bit bits of ``acc[at:at + vec]`` (divided by ``count``
+    for the mean) as a tuple, for one vector store."""
+    MEAN = reductions.MEAN
+
+    @cuda.jit(device=True, inline="always")
+    def bits(acc, k, count):
+        x = acc[k]
+        if reduce_code == MEAN:
+            x = x / count
+        return to_storage(x)
+
+    if vec == 1:
+        @cuda.jit(device=True, inline="always")
+        def pack(acc, at, count):
+            return (bits(acc, at, count),)
+    elif vec == 2:
+        @cuda.jit(device=True, inline="always")
+        def pack(acc, at, count):
+            return bits(acc, at, count), bits(acc, at + 1, count)
+    elif vec == 4:
+        @cuda.jit(device=True, inline="always")
+        def pack(acc, at, count):
+            return bits(acc, at, count), bits(acc, at + 1, count), bits(acc, at + 2, count), bits(acc, at + 3, count)
+    else:
+        @cuda.jit(device=True, inline="always")
+        def pack(acc, at, count):
+            return (bits(acc, at, count), bits(acc, at + 1, count), bits(acc, at + 2, count), bits(acc, at + 3, count),
+                    bits(acc, at + 4, count), bits(acc, at + 5, count), bits(acc, at + 6, count),
+                    bits(acc, at + 7, count))
+    return pack
 
 
 def _atomic_flush(reduce_code, vec, cf, span):
@@ -500,7 +533,7 @@ def _pattern(A, name, *args):
 def spmm_layout(A, n_cols, itemsize, B, lanes=None):
     """(lanes, vec, cf, depth) of the kernel for A and ``n_cols`` columns of B: the lane layout
     (:func:`lane_layout`, ``lanes`` forcing the group size) and the gather depth."""
-    lanes, vec, cf = lane_layout(n_cols, itemsize, B, lanes)
+    lanes, vec, cf = lane_layout(n_cols, itemsize, B, lanes=lanes)
     return lanes, vec, cf, gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, itemsize, lanes)
 
 
@@ -508,7 +541,8 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
     """The launch plan of HP-SpMM for A (the layout, DTP and single-launch rules, or the given
     overrides)."""
     fmt = kernel_format(A.dtype)
-    lanes, vec, cf = layout or lane_layout(n, C.dtype.itemsize, B, lanes)
+    stored = (C,) if is_half(fmt) else ()  # a 16-bit C is written by vector stores
+    lanes, vec, cf = layout or lane_layout(n, C.dtype.itemsize, B, *stored, lanes=lanes)
     depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, C.dtype.itemsize, lanes)
     n_tiles = cdiv(n, lanes * vec * cf)
     groups_per_warp = WARP // lanes
@@ -566,7 +600,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     if A.nnz == 0:  # every row empty: 0 for every reduction
         fill_identity(C, reductions.SUM, stream)
         return
-    key = ("spmm_hp", code, n, A.dtype.name, launch.alignment(B), nnz_per_group, lanes, layout, depth, single)
+    key = ("spmm_hp", code, n, A.dtype.name, launch.alignment(B), launch.alignment(C), nnz_per_group, lanes, layout,
+           depth, single)
     plan = A.cache.get_or_build("plans", key, lambda: _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout,
                                                                  depth, single))
     if plan.single:

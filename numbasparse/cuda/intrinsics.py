@@ -438,6 +438,60 @@ def _make_python_half_vector_load(width, fmt, column_first=False):  # pragma: no
     return load
 
 
+
+def _make_half_vector_store(width, column_first=False):
+    """An intrinsic ``store(arr, i, j, bits)``: ``arr[i, j:j + width] = bits`` (a uint16 array,
+    a UniTuple of ``width`` uint16) in ONE store of ``2 * width`` bytes, packed as 32-bit words
+    (``st.global.v4.b32`` for 8 values)."""
+    from llvmlite import ir
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def store(typingctx, arr, i, j, bits):
+        def codegen(context, builder, sig, args):
+            ptr = _item_pointer(context, builder, sig, args, column_first)
+            i16, i32 = ir.IntType(16), ir.IntType(32)
+            items = [builder.extract_value(args[3], k) for k in range(width)]
+            if width == 1:
+                builder.store(items[0], builder.bitcast(ptr, i16.as_pointer()), align=2)
+                return context.get_dummy_value()
+            words = [builder.or_(builder.zext(items[2 * k], i32),
+                                 builder.shl(builder.zext(items[2 * k + 1], i32), ir.Constant(i32, 16)))
+                     for k in range(width // 2)]  # little-endian: the lower column in the low half
+            if len(words) == 1:
+                builder.store(words[0], builder.bitcast(ptr, i32.as_pointer()), align=4)
+            else:
+                vector_type = ir.VectorType(i32, len(words))
+                vector = ir.Constant(vector_type, None)
+                for k, word in enumerate(words):
+                    vector = builder.insert_element(vector, word, ir.Constant(i32, k))
+                builder.store(vector, builder.bitcast(ptr, vector_type.as_pointer()), align=2 * width)
+            return context.get_dummy_value()
+
+        return types.void(arr, i, j, bits), codegen
+
+    return store
+
+
+def _make_python_half_vector_store(width, column_first=False):  # pragma: no cover - simulator only
+    def store(arr, i, j, bits):
+        for k in range(width):
+            arr[i, j + k] = bits[k]
+
+    return store
+
+
+_half_vector_stores = {}
+
+
+def half_vector_store(width):
+    """``store(arr, i, j, bits)``: ``arr[i, j:j + width] = bits`` for a uint16 array of 16-bit
+    floats, one store per call (width 1, 2, 4 or 8; ``arr[i, j]`` aligned to ``width``)."""
+    if width not in _half_vector_stores:
+        make = _make_python_half_vector_store if config.ENABLE_CUDASIM else _make_half_vector_store
+        _half_vector_stores[width] = make(width)
+    return _half_vector_stores[width]
+
 _vector_loads = {}
 
 
