@@ -117,8 +117,10 @@ def _output(out, like, shape, dtype, A):
     o = arrays.dense(out, "out", len(shape))
     if o.on_device != like.on_device:
         raise TypeError("out must live where B does (both host arrays, or both CUDA arrays)")
-    if o.shape != shape or o.dtype != dtype:
-        raise ValueError(f"out must have shape {shape} and dtype {dtype}, got {o.shape} {o.dtype}")
+    wider = is_half(dtype) and o.dtype == np.float32  # a float32 result of 16-bit operands: not rounded
+    if o.shape != shape or (o.dtype != dtype and not wider):
+        also = " (or float32)" if is_half(dtype) else ""
+        raise ValueError(f"out must have shape {shape} and dtype {dtype}{also}, got {o.shape} {o.dtype}")
     if o.on_device:
         target = o.array
     else:
@@ -148,7 +150,8 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
         no stored entry give 0; a NaN product makes its row NaN (max and min too).
     algorithm: "auto" or a name from ``algorithms("spmm")``.
     backend: "auto" (CUDA for device arrays or when a GPU is present, else CPU), "cuda", "cpu".
-    out: optional (M, N) array of B's kind and dtype to write the result into.
+    out: optional (M, N) array of B's kind and dtype to write the result into (float32 for 16-bit
+        B: the float32 accumulation, not rounded to 16 bits).
 
     Returns C (M, N), of B's dtype and kind: NumPy in, NumPy out; CuPy in, CuPy out; ...
 
@@ -180,8 +183,8 @@ def _spmm(A, B, reduce, algorithm, backend, out, record):
 
     if algo.backend == "cpu":
         (B32,) = _cpu_operands(b.dtype, b.array)
-        C = _cpu_result(algo.run(_host_csr(A, b.dtype, "B"), B32, reduce, out=None if is_half(b.dtype) else C),
-                        b.dtype, C)
+        direct = C is not None and C.dtype == B32.dtype  # the CPU kernel writes out itself
+        C = _cpu_result(algo.run(_host_csr(A, b.dtype, "B"), B32, reduce, out=C if direct else None), b.dtype, C)
         return arrays.host_result(b, C) if result is None else result
 
     dev = _device_csr(A, b.dtype, "B")
@@ -189,7 +192,7 @@ def _spmm(A, B, reduce, algorithm, backend, out, record):
         with record(b.array, C):
             algo.run(dev, b.array, C, reduce, stream=arrays.stream_of(b))
         return result
-    (B_dev,), C_dev = _to_device(b.array), _device_empty(shape, b.dtype)
+    (B_dev,), C_dev = _to_device(b.array), _device_empty(shape, b.dtype if C is None else C.dtype)
     algo.run(dev, B_dev, C_dev, reduce)
     C = _download(C_dev, b.dtype, C)
     return arrays.host_result(b, C) if result is None else result

@@ -142,3 +142,17 @@ def test_a_half_output_off_vector_alignment_is_written_right(graph, n):
     ns.spmm(A, B, out=out)
     reference = ns.spmm(rounded(graph, HALVES["bfloat16"][0]), B.double().cpu().numpy(), backend="cpu")
     assert relative_error(out.float().cpu().numpy(), reference) <= 2.0**-8
+
+
+@pytest.mark.parametrize("name", HALVES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_a_float32_out_gets_the_float32_accumulation_of_half_operands(graph, name, backend, reduce):
+    dtype, u = HALVES[name]
+    (B,) = operands(np.random.default_rng(6), dtype, (29, 16))
+    out = np.full((37, 16), np.nan, np.float32)
+    assert ns.spmm(graph, B, reduce=reduce, backend=backend, out=out) is out
+    reference = ns.spmm(rounded(graph, dtype), B.astype(np.float64), reduce=reduce, backend="cpu")
+    assert relative_error(out, reference) <= 1e-6  # float32, not rounded to 16 bits
+    with pytest.raises(ValueError, match=r"out must have shape \(37, 16\) and dtype .* \(or float32\)"):
+        ns.spmm(graph, B, backend=backend, out=np.zeros((37, 16), np.float64))

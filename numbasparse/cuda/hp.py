@@ -338,7 +338,7 @@ def _row_walk(width, init, merge, single, flush, zero_row):
 # SpMM kernel --------------------------------------------------------------------------------
 
 @launch.kernel_factory
-def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth, single=False):
+def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth, single=False, out_dtype=None):
     """Compile-once factory of the HP-SpMM kernel.
 
     Thread mapping: a warp is ``32 // lanes`` groups of ``lanes`` lanes; group g owns
@@ -356,6 +356,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     single launch, leaves it for (4) the block merge: after a barrier the group holding a row's
     first part in the block combines the partials of the groups after it (one atomic per
     block, not per group).
+
+    ``out_dtype``: C's value format where it differs from A's and B's (float32 results of
+    16-bit operands); 16-bit values are read and computed in float32 either way.
 
     ``single``: the kernel writes every element of C itself, so a call is one GPU operation
     (no fill before it, which costs a host-bound call as much as a small graph's kernel):
@@ -380,7 +383,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     merge_size = block_groups * tile if merge else 1  # one partial row tile per group
     merge_rows_size = block_groups if merge else 1
     add_entry, gather_row, accumulate = _accumulate_parts(reduce_code, vec, cf, span, value_dtype)
-    flush, zero_row = _store_parts(reduce_code, vec, cf, span, value_dtype)
+    flush, zero_row = _store_parts(reduce_code, vec, cf, span, out_dtype or value_dtype)
     finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush)
     leave_partial, next_row = _row_walk(width, init, merge, single, flush, zero_row)
     # float32 sums over 8 columns per lane: capped for occupancy (MAX_REGISTERS); not in the
@@ -541,7 +544,8 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
     """The launch plan of HP-SpMM for A (the layout, DTP and single-launch rules, or the given
     overrides)."""
     fmt = kernel_format(A.dtype)
-    stored = (C,) if is_half(fmt) else ()  # a 16-bit C is written by vector stores
+    out_fmt = fmt if C.dtype == np.uint16 else kernel_format(C.dtype)  # float32 C of 16-bit operands: "<f4"
+    stored = (C,) if is_half(out_fmt) else ()  # a 16-bit C is written by vector stores
     lanes, vec, cf = layout or lane_layout(n, C.dtype.itemsize, B, *stored, lanes=lanes)
     depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, C.dtype.itemsize, lanes)
     n_tiles = cdiv(n, lanes * vec * cf)
@@ -550,7 +554,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
         nnz_per_group = nnz_per_warp(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
     block_groups = WARPS_PER_BLOCK * groups_per_warp
     grid = (cdiv(cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
-    if is_half(fmt):  # a 16-bit C is written whole by the kernel, never combined atomically
+    if is_half(out_fmt):  # a 16-bit C is written whole by the kernel, never combined atomically
         if single is False:
             raise ValueError(f"HP-SpMM on {A.dtype} runs as a single launch only (single=False given)")
         single = True
@@ -558,7 +562,8 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
         mean_row_nnz = A.nnz / max(1, _pattern(A, "nonempty_rows"))
         single = single_launch(mean_row_nnz, _pattern(A, "crossing_span", block_groups * nnz_per_group),
                                _pattern(A, "empty_rows_per_group", nnz_per_group))
-    kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single))
+    kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single),
+                            None if out_fmt == fmt else out_fmt)
     fill_rows = None
     if not single and merges_in_block(code):
         fill_rows = _pattern(A, "rows_to_fill", block_groups * nnz_per_group)
@@ -600,8 +605,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     if A.nnz == 0:  # every row empty: 0 for every reduction
         fill_identity(C, reductions.SUM, stream)
         return
-    key = ("spmm_hp", code, n, A.dtype.name, launch.alignment(B), launch.alignment(C), nnz_per_group, lanes, layout,
-           depth, single)
+    key = ("spmm_hp", code, n, A.dtype.name, C.dtype.str, launch.alignment(B), launch.alignment(C), nnz_per_group,
+           lanes, layout, depth, single)
     plan = A.cache.get_or_build("plans", key, lambda: _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout,
                                                                  depth, single))
     if plan.single:
