@@ -37,6 +37,25 @@ def test_dense_wraps_foreign_arrays_and_checks_them():
         dense(FakeCudaArray((4, 2), typestr="<i8"), "B", 2)
 
 
+def test_a_float16_cuda_array_is_seen_as_its_bits_with_its_dtype_kept():
+    op = dense(FakeCudaArray((4, 2), typestr="<f2"), "B", 2)  # a CuPy float16 array
+    assert op.dtype == np.float16 and op.array.dtype == np.uint16 and op.array.ptr == 4096
+    assert op.array.__cuda_array_interface__["typestr"] == "<u2"  # what the kernels are typed for
+    assert op.array.strides == (4, 2) and op.array.is_c_contiguous()
+
+
+def test_a_bfloat16_torch_tensor_is_seen_as_its_bits_with_its_dtype_kept():
+    torch = pytest.importorskip("torch")
+    from numbasparse.arrays import _torch_dtypes
+
+    _torch_dtypes()
+    t = torch.zeros((3, 4), dtype=torch.bfloat16)
+    view = DeviceView.of_torch(t)
+    assert view.dtype == np.uint16 and view.logical.name == "bfloat16" and view.strides == (8, 2)
+    host = dense(t, "B", 2)  # a CPU tensor: NumPy's (ml_dtypes) bfloat16, no copy
+    assert host.dtype.name == "bfloat16" and np.shares_memory(host.array, t.view(torch.int16).numpy())
+
+
 def test_dense_refuses_rows_of_two_gibibytes():
     # the kernels address a row as a 32-bit row index times a 32-bit row stride (intrinsics)
     with pytest.raises(ValueError, match="B has rows of 2147483648 bytes"):
