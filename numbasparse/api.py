@@ -19,7 +19,7 @@ from .reductions import NAMES as REDUCTIONS
 def _check_csr_dtype(A, dtype, operand):
     if A.dtype != dtype:
         raise TypeError(
-            f"A is a {A.dtype} CSR but {operand} is {dtype}: use A.astype(np.{dtype}) once "
+            f"A is a {A.dtype} CSR but {operand} is {dtype}: use A.astype({dtype.name!r}) once "
             f"(or pass {operand} as {A.dtype})"
         )
 
@@ -32,13 +32,15 @@ def _host_csr(A, dtype, operand):
     if isinstance(A, CSR):
         _check_csr_dtype(A, dtype, operand)
         return A.to_scipy() if A._values_on_device_only else A._host
-    if A.format == "csr" and A.dtype == dtype and A.indices.dtype == A.indptr.dtype \
+    if A.format == "csr" and A.dtype == dtype and not is_half(dtype) and A.indices.dtype == A.indptr.dtype \
             and A.indices.dtype in INDEX_DTYPES and is_canonical(A):
         return A
     return canonical_csr(A, dtype=dtype, checked=True)
 
 
 def _device_csr(A, dtype, operand):
+    if isinstance(A, CSR) and A._converted and A.dtype != dtype:  # made from a GPU input by this call
+        return A._cast(dtype)
     if isinstance(A, CSR):
         _check_csr_dtype(A, dtype, operand)
         return A
@@ -126,13 +128,13 @@ def _output(out, like, shape, dtype, A):
     else:
         if o.framework == "torch-cpu" and (out.requires_grad or not out.is_contiguous()):
             raise ValueError("out must be a C-contiguous tensor that does not require grad")
-        target = out if isinstance(out, np.ndarray) else out.numpy()
+        target = out if isinstance(out, np.ndarray) else arrays.torch_cpu_numpy(out)
         if not target.flags.c_contiguous:
             raise ValueError("out must be C-contiguous")
         if not target.flags.writeable:
             raise ValueError("out is read-only")
-    b = like.original.numpy() if like.framework == "torch-cpu" else like.original if not like.on_device \
-        else like.array  # B's own memory (like.array may be a contiguous copy of it)
+    b = arrays.torch_cpu_numpy(like.original) if like.framework == "torch-cpu" else like.original \
+        if not like.on_device else like.array  # B's own memory (like.array may be a contiguous copy of it)
     inputs = [("B", b)] + [(name, a) for name, a in _sparse_arrays(A) if isinstance(a, np.ndarray) != o.on_device]
     for name, array in inputs:
         if arrays.overlaps(target, array):

@@ -230,7 +230,7 @@ def dense(x, name, ndim):
         if x.requires_grad:
             x = x.detach()
     if framework == "torch-cpu":
-        array = x.view(torch_int16()).numpy().view(_torch_dtypes()[x.dtype]) if x.dtype.itemsize == 2 else x.numpy()
+        array = torch_cpu_numpy(x)
     elif framework == "torch":
         array = DeviceView.of_torch(x)
     elif framework in ("cupy", "cai"):
@@ -336,17 +336,21 @@ def _empty_like_framework(op, shape, dtype):
         with cupy.cuda.Device(op.original.device.id):
             result = cupy.empty(shape, dtype=dtype)
         return result, DeviceView(result, result.__cuda_array_interface__)
-    if is_half(dtype):  # a Numba array of float16 values (only float16 ones come in), seen as bits
-        result = cuda.device_array(shape, dtype=np.float16)
+    if is_half(dtype):  # a Numba array of the operand's 16-bit dtype, seen as its bits
+        result = cuda.device_array(shape, dtype=dtype)
         return result, result.view(np.uint16)
     result = cuda.device_array(shape, dtype=dtype)
     return result, result
 
 
-def torch_int16():
-    import torch
+def torch_cpu_numpy(t):
+    """A CPU tensor of a value dtype as a NumPy array sharing its memory (a bfloat16 one through its
+    bits: torch has no NumPy bfloat16)."""
+    if t.dtype.itemsize == 2 and t.is_floating_point():
+        import torch
 
-    return torch.int16
+        return t.view(torch.int16).numpy().view(_torch_dtypes()[t.dtype])
+    return t.numpy()
 
 
 def device_storage(array):

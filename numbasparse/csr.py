@@ -78,9 +78,10 @@ def canonical_csr(A, *, dtype=None, index_dtype=None, name="A", checked=False):
     dtype = check_value_dtype(dtype, "dtype")
     if A.dtype.kind not in "biuf":
         raise TypeError(f"{name} must have real numeric values, got {A.dtype}")
-    csr = sp.csr_matrix(A, dtype=compute_dtype(dtype), copy=True)
+    half = is_half(dtype)  # summed in float64, rounded to 16 bits once, held as float32
+    csr = sp.csr_matrix(A, dtype=np.float64 if half else dtype, copy=True)
     csr.sum_duplicates()  # also sorts the indices
-    if is_half(dtype):
+    if half:
         csr.data = csr.data.astype(dtype).astype(np.float32)
     if index_dtype is None:
         index_dtype = index_dtype_for(csr.shape, csr.nnz)
@@ -126,6 +127,7 @@ class CSR:
         self.host_indptr = host_indptr
         self._host_copy = host  # None: download on first use (built on the GPU)
         self._values_on_device_only = False  # True for with_values(): the host copy holds the pattern only
+        self._converted = False  # True: made by the library from another framework's GPU matrix
         self.cache = MatrixCache()
 
     @classmethod
@@ -144,7 +146,18 @@ class CSR:
         # a torch tensor's copy is ordered on torch's current stream, where it was computed
         host_indptr = indptr.cpu().numpy() if hasattr(indptr, "cpu") else self.indptr.copy_to_host()
         self._set_host(shape, self.indices.shape[0], values.dtype, host_indptr, None)
+        self._converted = True
         return self
+
+    def _cast(self, dtype):
+        """This matrix (made by :meth:`_from_device`) with its values cast to ``dtype`` on the GPU,
+        for an operation whose dense operands have that dtype (the mixed-input rule)."""
+        import torch
+
+        values = self._owners[2]
+        if not isinstance(values, torch.Tensor):
+            return self.astype(dtype)
+        return CSR._from_device(self._owners[0], self._owners[1], values.to(arrays.torch_dtype(dtype)), self._shape)
 
     def _host_values(self):
         """The device values downloaded, in the compute dtype (float32 for 16-bit values)."""
@@ -226,6 +239,7 @@ class CSR:
         other = object.__new__(CSR)
         other.__dict__.update(self.__dict__)
         other.data = data
+        other._converted = False
         other.cache = MatrixCache(pattern=self.cache)  # bound launches and replays hold the values' pointer
         other._values_on_device_only = True
         return other

@@ -91,13 +91,31 @@ def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
 
     from .dtypes import storage_dtype
 
-    scores = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype))
+    scores = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype), stream=stream)
     hp.sddmm_hp(A, X, Y, scores, stream=stream)
     if softmax:
-        weights = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype))
+        weights = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype), stream=stream)
         fused.edge_softmax(A, scores, weights, stream=stream)
         scores = weights
     hp.spmm_hp(A._with_data(scores), Z, out, "sum", stream=stream)
+
+
+_BFLOAT16_CHECKED = []
+
+
+def require_bfloat16():
+    """ValueError unless the GPU converts to bfloat16 in one instruction (``cvt.rn.bf16.f32``,
+    compute capability 8.0 on), which the 16-bit kernels' stores use."""
+    if simulator_enabled() or _BFLOAT16_CHECKED:
+        return
+    from numba import cuda
+
+    capability = cuda.get_current_device().compute_capability
+    if capability >= (8, 0):
+        _BFLOAT16_CHECKED.append(True)  # (once per process: a call's host time counts)
+    else:
+        raise ValueError(f"bfloat16 operands need a GPU of compute capability 8.0 or newer (this one is "
+                         f"{capability[0]}.{capability[1]}); use float16 or float32")
 
 
 def check_option(name, value, allowed):
@@ -214,6 +232,8 @@ def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum", shap
         raise ValueError("backend='cpu' needs host (NumPy) arrays, but the operands are CUDA arrays")
     if backend == "cuda":
         require_cuda(f"backend='cuda' (algorithm {algorithm!r})")
+        if dtype is not None and dtype.name == "bfloat16":
+            require_bfloat16()
     name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, nnz, shape, itemsize, cache)
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")

@@ -37,7 +37,10 @@ def is_half(dtype):
 
 def check_value_dtype(dtype, name):
     """``dtype`` as a NumPy dtype, or TypeError naming ``name`` if values cannot have it."""
-    dtype = as_dtype(dtype)
+    try:
+        dtype = as_dtype(dtype)
+    except TypeError as error:
+        raise TypeError(f"{name}: {error}") from None
     if dtype.name not in VALUE_NAMES or dtype.itemsize not in (2, 4, 8) or not dtype.isnative:
         raise TypeError(f"{name} must have dtype float32, float64, float16 or bfloat16, got {dtype}")
     return dtype

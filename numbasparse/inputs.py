@@ -95,7 +95,8 @@ def _host_array(x, name):
     if isinstance(x, np.ndarray):
         return x
     if type(x).__module__.split(".")[0] == "torch":
-        return x.detach().cpu().numpy()
+        x = x.detach()
+        return (x.float() if x.is_floating_point() and x.dtype.itemsize == 2 else x).cpu().numpy()
     if hasattr(x, "get") and hasattr(x, "__cuda_array_interface__"):  # a CuPy array
         return x.get()
     try:
@@ -201,8 +202,8 @@ def _torch_csr_parts(indptr, indices, values, shape, name):
 
 
 def _values(values, nnz, name):
-    """The values as the host path makes them: detached, float64 kept, other real dtypes (int,
-    bool, half) as float32; complex refused."""
+    """The values: detached, float32, float64, float16 and bfloat16 kept, other real dtypes (int,
+    bool) as float32; complex refused."""
     import torch
 
     if values.dim() != 1 or values.shape[0] != nnz:
@@ -211,7 +212,8 @@ def _values(values, nnz, name):
     if values.dtype.is_complex:
         raise TypeError(f"{name}'s values must be real, got {values.dtype}")
     values = values.detach()
-    return values if values.dtype in (torch.float32, torch.float64) else values.to(torch.float32)
+    keep = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+    return values if values.dtype in keep else values.to(torch.float32)
 
 
 def _narrowed(indptr, indices, values, shape):

@@ -156,3 +156,60 @@ def test_a_float32_out_gets_the_float32_accumulation_of_half_operands(graph, nam
     assert relative_error(out, reference) <= 1e-6  # float32, not rounded to 16 bits
     with pytest.raises(ValueError, match=r"out must have shape \(37, 16\) and dtype .* \(or float32\)"):
         ns.spmm(graph, B, backend=backend, out=np.zeros((37, 16), np.float64))
+
+
+def test_a_numba_bfloat16_array_gives_a_bfloat16_result(graph):
+    from numba import cuda
+
+    B = np.random.default_rng(8).standard_normal((29, 4)).astype(ml_dtypes.bfloat16)
+    A = ns.CSR.from_scipy(graph, dtype="bfloat16")
+    C = ns.spmm(A, cuda.to_device(B)).copy_to_host()
+    assert C.dtype.name == "bfloat16"
+    assert np.array_equal(C.view(np.uint16), ns.spmm(graph, B, backend="cuda").view(np.uint16))
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_torch_cpu_bfloat16_operand_takes_an_out(graph, backend, out_dtype):
+    torch = pytest.importorskip("torch")
+    B = torch.randn(29, 4).to(torch.bfloat16)
+    out = torch.empty(37, 4, dtype=getattr(torch, out_dtype))
+    assert ns.spmm(graph, B, backend=backend, out=out) is out
+    reference = ns.spmm(rounded(graph, HALVES["bfloat16"][0]), B.double().numpy(), backend="cpu")
+    assert relative_error(out.double().numpy(), reference) <= HALVES["bfloat16"][1]
+
+
+@pytest.mark.parametrize("name", HALVES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prepare_in_half_precision(graph, name, backend):
+    dtype, u = HALVES[name]
+    square = sp.csr_matrix(sp.random(20, 20, density=0.2, random_state=9) + sp.eye(20))
+    (B,) = operands(np.random.default_rng(9), dtype, (20, 8))
+    reference = ns.spmm(rounded(square, dtype), B.astype(np.float64), backend="cpu")
+    for reorder in (None, "degree"):
+        C = ns.prepare(square, dtype=name, backend=backend, reorder=reorder).spmm(B)
+        assert C.dtype == dtype and relative_error(C, reference) <= u
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_torch_sparse_operand_with_half_values_meets_half_operands(graph, backend):
+    torch = pytest.importorskip("torch")
+    A = torch.tensor(graph.toarray()).to(torch.float16).to_sparse_csr()
+    B = torch.randn(29, 4).to(torch.float16)
+    C = ns.spmm(A, B, backend=backend)
+    reference = ns.spmm(rounded(graph, np.float16), B.double().numpy(), backend="cpu")
+    assert C.dtype == torch.float16 and relative_error(C.double().numpy(), reference) <= 2.0**-11
+
+
+def test_float64_values_are_rounded_to_16_bits_once():
+    x = 1 + 2.0**-11 + 2.0**-40  # float32 first would round to 1 + 2^-11, a tie, then to 1
+    C = ns.spmm(sp.csr_matrix(np.array([[x]])), np.ones((1, 1), np.float16), backend="cpu")
+    assert C[0, 0] == np.float16(x) != np.float16(1)
+
+
+def test_a_bfloat16_dtype_error_names_the_argument(monkeypatch):
+    import numbasparse.dtypes as dtypes
+
+    monkeypatch.setattr(dtypes, "as_dtype", lambda d: (_ for _ in ()).throw(TypeError("needs ml_dtypes")))
+    with pytest.raises(TypeError, match="dtype: needs ml_dtypes"):
+        dtypes.check_value_dtype("bfloat16", "dtype")
