@@ -81,3 +81,19 @@ def test_bad_aggregate_arguments_are_refused_by_name():
         nsg.aggregate(torch.tensor([[0, 1], [1, 2]]), x, edge_values=torch.ones(2), reduce="max")
     with pytest.raises(ValueError, match="reduce must be"):
         nsg.aggregate(torch.tensor([[0, 1], [1, 2]]), x, reduce="prod")
+
+
+@pytest.mark.parametrize("name, kwargs", LAYERS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(LAYERS)])
+def test_layer_under_bfloat16_autocast_stays_near_float32(name, kwargs):
+    """Under ``torch.autocast`` the aggregation runs in bfloat16 (numbasparse.torch's rule): the
+    layer's output is within a few bfloat16 roundings of its float32 output, and it trains."""
+    _, ours = twins(name, kwargs)
+    ours = ours.float()
+    x, edge_index = graph(2)
+    x = x.detach().float().requires_grad_()
+    expected = ours(x, edge_index)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = ours(x, edge_index)
+    assert (out.float() - expected).norm() <= 8 * 2.0**-8 * expected.norm()
+    out.float().square().sum().backward()
+    assert x.grad.dtype == torch.float32 and torch.isfinite(x.grad).all()
