@@ -213,3 +213,17 @@ def test_a_bfloat16_dtype_error_names_the_argument(monkeypatch):
     monkeypatch.setattr(dtypes, "as_dtype", lambda d: (_ for _ in ()).throw(TypeError("needs ml_dtypes")))
     with pytest.raises(TypeError, match="dtype: needs ml_dtypes"):
         dtypes.check_value_dtype("bfloat16", "dtype")
+
+
+@pytest.mark.parametrize("n", [1, 3, 33])
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_half_spmm_on_odd_widths_int64_indices_and_empty_graphs(graph, n, reduce):
+    dtype, u = HALVES["bfloat16"]
+    (B,) = operands(np.random.default_rng(10), dtype, (29, n))
+    A = ns.CSR.from_scipy(graph, dtype="bfloat16", index_dtype=np.int64)
+    reference = ns.spmm(rounded(graph, dtype), B.astype(np.float64), reduce=reduce, backend="cpu")
+    assert relative_error(ns.spmm(A, B, reduce=reduce, backend="cuda"), reference) <= u
+    empty = sp.csr_matrix((37, 29))
+    assert not np.any(ns.spmm(empty, B, reduce=reduce, backend="cuda").astype(np.float32))
+    assert ns.spmm(sp.csr_matrix((0, 29)), B, backend="cuda").shape == (0, n)
+    assert ns.sddmm(empty, *operands(np.random.default_rng(11), dtype, (37, n), (29, n)), backend="cuda").nnz == 0
