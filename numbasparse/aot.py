@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 
+from .dtypes import check_value_dtype
+
 #: What ``precompile()`` covers by default: the widths and dtypes of most GNN layers.
 DEFAULT_DTYPES = ("float32",)
 DEFAULT_N = (32, 64, 128, 256)
@@ -53,7 +55,7 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
         raise RuntimeError("precompile needs a CUDA GPU (the simulator compiles nothing to keep); none was found")
     if cache_dir() is None:
         raise ValueError("the on-disk cache is off (NUMBASPARSE_CACHE=off): nothing would be kept")
-    dtypes = [np.dtype(d) for d in dtypes]
+    dtypes = [check_value_dtype(d, "dtypes") for d in dtypes]  # "float16", "bfloat16" too
     index_dtypes = [np.dtype(d) for d in index_dtypes]
     n = [int(k) for k in n]
     if not n or min(n) < 1:
