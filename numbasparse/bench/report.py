@@ -186,24 +186,42 @@ def versus_markdown(rows, impl, yardstick):
 
 
 def main(argv=None):
-    """``python -m numbasparse.bench.report RESULT.json ...``: Markdown tables and summary."""
-    import sys
+    """``python -m numbasparse.bench.report RESULT.json ... [--yardstick OP=IMPL ...]``: Markdown
+    tables and summary; ``--yardstick`` recomputes the speedups against another implementation
+    of the rows (e.g. ``spmm=torch_csr32_f32`` for a 16-bit run against float32 cuSPARSE)."""
+    import argparse
 
     from .baselines import YARDSTICK
+    from .harness import add_metrics
 
-    for path in (argv if argv is not None else sys.argv[1:]):
+    p = argparse.ArgumentParser(prog="python -m numbasparse.bench.report")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--yardstick", action="append", default=[], metavar="OP=IMPL")
+    args = p.parse_args(argv)
+    yardstick = dict(YARDSTICK)
+    for item in args.yardstick:
+        op, _, impl = item.partition("=")
+        if op not in YARDSTICK or not impl:
+            p.error(f"--yardstick takes OP=IMPL with OP one of {sorted(YARDSTICK)}, got {item!r}")
+        yardstick[op] = impl
+    for path in args.paths:
         with open(path) as f:
             result = json.load(f)
         meta, rows = result["meta"], result["rows"]
+        if args.yardstick:
+            for r in rows:
+                for key in ("speedup", "b2b_speedup", "kernel_speedup"):
+                    r.pop(key, None)
+            add_metrics(rows, meta["copy_gbs"], yardstick)
         print(f"### `{path}`\n\n{meta['gpu']}, {meta['date']}; device-to-device copy "
               f"{meta['copy_gbs']:.0f} GB/s (read + write).\nCommand: `{meta['command']}`\n")
-        print(compact_markdown(rows, YARDSTICK))
+        print(compact_markdown(rows, yardstick))
         for impl in sorted({r["impl"] for r in rows if r["impl"].startswith("ns:")}):
             print(f"\n{impl} against the yardstick, per case and per graph family:\n")
-            print(versus_markdown(rows, impl, YARDSTICK))
-        print("\nGeometric-mean speedup over the yardstick (torch_csr32 for SpMM, "
-              "torch_sampled_addmm for SDDMM) and the worst case:\n\n```\n" + summary(rows) + "\n```\n")
-
+            print(versus_markdown(rows, impl, yardstick))
+        names = ", ".join(f"{impl} for {op}" for op, impl in yardstick.items() if op in {r["op"] for r in rows})
+        print(f"\nGeometric-mean speedup over the yardstick ({names}) and the worst case:\n\n```\n"
+              + summary(rows) + "\n```\n")
 
 if __name__ == "__main__":
     main()

@@ -67,6 +67,18 @@ def test_reports_are_written(tmp_path):
     assert "ns:hp ms" in report.compact_markdown(rows, {"spmm": "torch_csr32"})
 
 
+def test_report_recomputes_speedups_against_another_yardstick(tmp_path, capsys):
+    rows = [dict(graph="g", nnz=5, op="spmm", reduce="sum", n=32, impl=impl, ms=ms, bytes=4e6, flops=1e6,
+                 dtype="bfloat16", status="ok")
+            for impl, ms in (("torch_csr32", 2.0), ("torch_csr32_f32", 3.0), ("ns:auto", 1.0))]
+    meta = {"gpu": "x", "date": "d", "copy_gbs": 2000.0, "command": "c"}
+    report.write_json(tmp_path / "r.json", meta, harness.add_metrics(rows, 2000.0, {"spmm": "torch_csr32"}))
+    report.main([str(tmp_path / "r.json"), "--yardstick", "spmm=torch_csr32_f32"])
+    out = capsys.readouterr().out
+    assert "torch_csr32_f32 for spmm" in out
+    assert [line.split()[2] for line in out.splitlines() if line.startswith("spmm   ns:auto")] == ["3.000"]
+
+
 def test_sampled_subgraphs_are_induced_and_sized():
     A = graphs.rmat(12, 8)
     subs = graphs.sample_subgraphs(A, 3, 100, 300, seed=1)
