@@ -9,6 +9,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import strategies
 
 import numbasparse as ns
 from numbasparse import dispatch
@@ -227,3 +231,20 @@ def test_half_spmm_on_odd_widths_int64_indices_and_empty_graphs(graph, n, reduce
     assert not np.any(ns.spmm(empty, B, reduce=reduce, backend="cuda").astype(np.float32))
     assert ns.spmm(sp.csr_matrix((0, 29)), B, backend="cuda").shape == (0, n)
     assert ns.sddmm(empty, *operands(np.random.default_rng(11), dtype, (37, n), (29, n)), backend="cuda").nnz == 0
+
+
+@settings(max_examples=15)
+@given(A=strategies.graphs(), n=st.sampled_from(strategies.N_COLS), name=st.sampled_from(sorted(HALVES)),
+       reduce=st.sampled_from(["sum", "mean", "max", "min"]), backend=st.sampled_from(BACKENDS),
+       seed=st.integers(0, 2**32 - 1))
+def test_every_half_spmm_element_is_its_float32_sum_rounded_once(A, n, name, reduce, backend, seed):
+    """Per element: within half a unit in the last place of the exact value (u relative), plus
+    what float32 summation in any order may add (32 float32 ulps of sum |a_ij b_j|), plus
+    float16's subnormal spacing."""
+    dtype, u = HALVES[name]
+    B = np.random.default_rng(seed).standard_normal((A.shape[1], n)).astype(dtype)
+    C = ns.spmm(A, B, reduce=reduce, backend=backend).astype(np.float64)
+    A16, B64 = rounded(A, dtype), B.astype(np.float64)
+    exact = ns.spmm(A16, B64, reduce=reduce, backend="cpu")
+    scale = ns.spmm(abs(A16), np.abs(B64), reduce="mean" if reduce == "mean" else "sum", backend="cpu")
+    assert np.all(np.abs(C - exact) <= u * np.abs(exact) + 32 * 2.0**-24 * scale + 2.0**-24)
