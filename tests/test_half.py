@@ -248,3 +248,17 @@ def test_every_half_spmm_element_is_its_float32_sum_rounded_once(A, n, name, red
     exact = ns.spmm(A16, B64, reduce=reduce, backend="cpu")
     scale = ns.spmm(abs(A16), np.abs(B64), reduce="mean" if reduce == "mean" else "sum", backend="cpu")
     assert np.all(np.abs(C - exact) <= u * np.abs(exact) + 32 * 2.0**-24 * scale + 2.0**-24)
+
+
+@settings(max_examples=15)
+@given(A=strategies.graphs(), k=st.sampled_from(strategies.N_COLS), name=st.sampled_from(sorted(HALVES)),
+       backend=st.sampled_from(BACKENDS), seed=st.integers(0, 2**32 - 1))
+def test_every_half_sddmm_value_is_its_float32_dot_rounded_once(A, k, name, backend, seed):
+    dtype, u = HALVES[name]
+    rng = np.random.default_rng(seed)
+    X, Y = (rng.standard_normal((rows, k)).astype(dtype) for rows in A.shape)
+    S = ns.sddmm(A, X, Y, backend=backend).data.astype(np.float64)
+    A16 = rounded(A, dtype)
+    exact = ns.sddmm(A16, X.astype(np.float64), Y.astype(np.float64), backend="cpu").data
+    scale = ns.sddmm(abs(A16), np.abs(X.astype(np.float64)), np.abs(Y.astype(np.float64)), backend="cpu").data
+    assert np.all(np.abs(S - exact) <= u * np.abs(exact) + 32 * 2.0**-24 * scale + 2.0**-24)
