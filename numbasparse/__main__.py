@@ -1,6 +1,6 @@
 """Command line:
 
-- ``python -m numbasparse demo [--data DIR] [--n N] [--dtype float32|float64]``
+- ``python -m numbasparse demo [--data DIR] [--n N] [--dtype float32|float64|float16|bfloat16]``
 - ``python -m numbasparse compile [--dtypes float32,float64] [--n 32,64,128,256] [--index-dtypes int32,int64]``
 """
 import argparse
@@ -18,7 +18,7 @@ def main(argv=None):
                                        "or on every *.npz graph of --data")
     demo.add_argument("--data", help="directory of scipy CSR *.npz graphs (default: the bundled graph)")
     demo.add_argument("--n", type=int, default=64, help="columns of B, X and Y (default 64)")
-    demo.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    demo.add_argument("--dtype", choices=("float32", "float64", "float16", "bfloat16"), default="float32")
     compile_ = sub.add_parser("compile", help="compile the common kernel configurations into the on-disk "
                                                "cache (needs a GPU)")
     compile_.add_argument("--dtypes", default=",".join(aot.DEFAULT_DTYPES),

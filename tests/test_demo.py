@@ -6,11 +6,12 @@ from numbasparse import graphs
 from numbasparse.__main__ import main
 
 
-def test_demo_on_a_data_directory(tmp_path, capsys):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_demo_on_a_data_directory(tmp_path, capsys, dtype):
     sp.save_npz(tmp_path / "tiny.npz", graphs.rmat(8, 4))
-    assert main(["demo", "--data", str(tmp_path), "--n", "7"]) == 0
+    assert main(["demo", "--data", str(tmp_path), "--n", "7", "--dtype", dtype]) == 0
     out = capsys.readouterr().out
-    assert "tiny" in out and "checks passed" in out
+    assert "tiny" in out and "checks passed" in out and f"dtype={dtype}" in out
 
 
 def test_demo_refuses_missing_directory(tmp_path, capsys):
