@@ -39,8 +39,8 @@ def _host_csr(A, dtype, operand):
 
 
 def _device_csr(A, dtype, operand):
-    if isinstance(A, CSR) and A._converted and A.dtype != dtype:  # made from a GPU input by this call
-        return A._cast(dtype)
+    if isinstance(A, CSR) and A._converted:  # made from a GPU input by this call: A's values follow
+        return A.astype(dtype)
     if isinstance(A, CSR):
         _check_csr_dtype(A, dtype, operand)
         return A

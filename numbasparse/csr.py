@@ -149,16 +149,6 @@ class CSR:
         self._converted = True
         return self
 
-    def _cast(self, dtype):
-        """This matrix (made by :meth:`_from_device`) with its values cast to ``dtype`` on the GPU,
-        for an operation whose dense operands have that dtype (the mixed-input rule)."""
-        import torch
-
-        values = self._owners[2]
-        if not isinstance(values, torch.Tensor):
-            return self.astype(dtype)
-        return CSR._from_device(self._owners[0], self._owners[1], values.to(arrays.torch_dtype(dtype)), self._shape)
-
     def _host_values(self):
         """The device values downloaded, in the compute dtype (float32 for 16-bit values)."""
         from numba import cuda
@@ -183,8 +173,7 @@ class CSR:
             float32); "bfloat16" as a string needs no ml_dtypes import by the caller.
         index_dtype: int32 or int64 (default: int32 when nnz and both dimensions fit).
         """
-        host = canonical_csr(A, dtype=dtype, index_dtype=index_dtype)
-        return cls(host, dtype=host.dtype if dtype is None else dtype)
+        return cls(canonical_csr(A, dtype=dtype, index_dtype=index_dtype), dtype=dtype)
 
     @property
     def shape(self):
@@ -253,9 +242,14 @@ class CSR:
         return self.transpose()
 
     def astype(self, dtype):
-        """This matrix with values of another dtype (self if it already has it)."""
-        if np.dtype(dtype) == self.dtype:
+        """This matrix with values of another dtype (self if it already has it); cast on the GPU
+        for a matrix made there from torch tensors, else through the host copy."""
+        dtype = check_value_dtype(dtype, "dtype")
+        if dtype == self.dtype:
             return self
+        if self._converted and type(self._owners[2]).__module__.split(".")[0] == "torch":
+            values = self._owners[2].to(arrays.torch_dtype(dtype))
+            return CSR._from_device(self._owners[0], self._owners[1], values, self._shape)
         return CSR.from_scipy(self.to_scipy(), dtype=dtype, index_dtype=self.index_dtype)
 
     def __repr__(self):

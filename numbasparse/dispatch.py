@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from . import cpu
 from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
-from .dtypes import HALF_NAMES
+from .dtypes import HALF_NAMES, storage_dtype
 from .preprocess.slab_tiles import slab_estimate
 
 BACKENDS = ("auto", "cuda", "cpu")
@@ -44,7 +44,7 @@ SLAB_MIN_SEGMENT = 4.0
 SLAB_MIN_COLUMNS = 64
 
 
-#: Value dtypes every algorithm takes; those in HALF_ALGORITHMS also take float16 and bfloat16.
+#: ``Algorithm.dtypes``: every algorithm takes FULL_DTYPES; those marked ALL_DTYPES also 16-bit ones.
 FULL_DTYPES = ("float32", "float64")
 ALL_DTYPES = FULL_DTYPES + HALF_NAMES
 
@@ -88,8 +88,6 @@ def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
         (fused.attention if softmax else fused.sddmm_spmm)(A, X, Y, Z, out, stream=stream)
         return
     from numba import cuda
-
-    from .dtypes import storage_dtype
 
     scores = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype), stream=stream)
     hp.sddmm_hp(A, X, Y, scores, stream=stream)
@@ -205,10 +203,11 @@ def slab_pays(shape, nnz, n_cols, itemsize, cache=None):
                               lambda: slab_features(shape, nnz, n_cols, itemsize)[1] >= SLAB_MIN_SEGMENT)
 
 
-def _auto_name(op, backend, n_cols, nnz, shape=None, itemsize=4, cache=None):
+def _auto_name(op, backend, n_cols, nnz, shape=None, itemsize=4, cache=None, dtype=None):
     if backend == "cpu":
         return "cpu_rows"
-    if op == "spmm" and itemsize > 2 and shape is not None and slab_pays(shape, nnz, n_cols, itemsize, cache):
+    takes = dtype is None or dtype.name in SPMM["slab"].dtypes
+    if op == "spmm" and takes and shape is not None and slab_pays(shape, nnz, n_cols, itemsize, cache):
         return "slab"
     return "hp"
 
@@ -234,7 +233,7 @@ def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum", shap
         require_cuda(f"backend='cuda' (algorithm {algorithm!r})")
         if dtype is not None and dtype.name == "bfloat16":
             require_bfloat16()
-    name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, nnz, shape, itemsize, cache)
+    name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, nnz, shape, itemsize, cache, dtype)
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")
     if dtype is not None and dtype.name not in table[name].dtypes:

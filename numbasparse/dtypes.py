@@ -58,6 +58,10 @@ def storage_dtype(dtype):
     return np.dtype(np.uint16) if is_half(dtype) else dtype
 
 
+#: Kernel value formats of the 16-bit dtypes (:func:`kernel_format`).
+HALF_FORMATS = ("<f2", "bf16")
+
+
 def kernel_format(dtype):
     """The value format kernel factories are compiled for (:mod:`numbasparse.cuda.intrinsics`):
     "<f4", "<f8", "<f2" (float16) or "bf16"."""
@@ -65,6 +69,11 @@ def kernel_format(dtype):
     if dtype.name == "bfloat16":
         return "bf16"
     return dtype.newbyteorder("<").str
+
+
+def is_half_format(fmt):
+    """True for the kernel formats of float16 and bfloat16."""
+    return fmt in HALF_FORMATS
 
 
 def index_dtype_for(shape, nnz):

@@ -67,7 +67,7 @@ class Plan:
             self._host = sp.csr_matrix((host.data[self._entry_order], numbered.indices.astype(host.indices.dtype),
                                         numbered.indptr.astype(host.indptr.dtype)), shape=host.shape)
             self._canonical = host
-        self.A = CSR(self._host, dtype=host.dtype if dtype is None else dtype) if backend == "cuda" else self._host
+        self.A = CSR(self._host, dtype=dtype) if backend == "cuda" else self._host
         self.preprocess_seconds = time.perf_counter() - start
 
     def __repr__(self):

@@ -134,6 +134,7 @@ class Graph:
 
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_AUTOCAST_FROM = (torch.float32, torch.float16, torch.bfloat16)  # what autocast casts (float64 stays)
 
 
 def _host_values(out, dtype):
@@ -151,7 +152,7 @@ def _autocast(*tensors):
     if not torch.is_autocast_enabled(device_type):
         return tensors
     dtype = torch.get_autocast_dtype(device_type)
-    return tuple(t.to(dtype) if t is not None and t.dtype in _DTYPES[:1] + _DTYPES[2:] else t for t in tensors)
+    return tuple(t.to(dtype) if t is not None and t.dtype in _AUTOCAST_FROM else t for t in tensors)
 
 
 # Each operation exists twice, with one forward, one setup and one backward: as a torch custom op

@@ -139,8 +139,8 @@ def _fused_row(A, X, Y, Z, out, softmax, stream):
         return
     q = per_lane(n)
     grid, block = row_warp_grid(m, n, WARP * q)
-    launch.run(fused_row_kernel(q, kernel_format(A.dtype), softmax), grid, block, stream, A.indptr, A.indices, A.data, X, Y,
-               Z, out)
+    launch.run(fused_row_kernel(q, kernel_format(A.dtype), softmax), grid, block, stream, A.indptr, A.indices,
+               A.data, X, Y, Z, out)
 
 
 def edge_softmax(A, values, out, *, stream=0):

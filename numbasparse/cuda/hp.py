@@ -26,9 +26,9 @@ from . import device, launch
 from .device import WARP_SIZE as WARP
 from .device import cdiv
 from .fill import fill_identity
-from ..dtypes import kernel_format
+from ..dtypes import compute_dtype, is_half_format, kernel_format
 from .intrinsics import (atomic_max_float, atomic_min_float, converters, flagged_parts, flagged_words,
-                         half_vector_store, is_half, shfl_down, syncblock, syncwarp_lanes, value_types, vector_load,
+                         half_vector_store, shfl_down, syncblock, syncwarp_lanes, value_types, vector_load,
                          vector_width)
 from .reductions import combine
 
@@ -181,7 +181,7 @@ def _store_parts(reduce_code, vec, cf, span, fmt):
     never combined atomically in 16 bits."""
     to_storage = converters(fmt)[1]
 
-    if is_half(fmt):
+    if is_half_format(fmt):
         pack = _half_packer(vec, reduce_code, to_storage)
         store = half_vector_store(vec)
 
@@ -545,7 +545,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
     overrides)."""
     fmt = kernel_format(A.dtype)
     out_fmt = fmt if C.dtype == np.uint16 else kernel_format(C.dtype)  # float32 C of 16-bit operands: "<f4"
-    stored = (C,) if is_half(out_fmt) else ()  # a 16-bit C is written by vector stores
+    stored = (C,) if is_half_format(out_fmt) else ()  # a 16-bit C is written by vector stores
     lanes, vec, cf = layout or lane_layout(n, C.dtype.itemsize, B, *stored, lanes=lanes)
     depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, C.dtype.itemsize, lanes)
     n_tiles = cdiv(n, lanes * vec * cf)
@@ -554,7 +554,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
         nnz_per_group = nnz_per_warp(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
     block_groups = WARPS_PER_BLOCK * groups_per_warp
     grid = (cdiv(cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
-    if is_half(out_fmt):  # a 16-bit C is written whole by the kernel, never combined atomically
+    if is_half_format(out_fmt):  # a 16-bit C is written whole by the kernel, never combined atomically
         if single is False:
             raise ValueError(f"HP-SpMM on {A.dtype} runs as a single launch only (single=False given)")
         single = True
@@ -581,7 +581,7 @@ def _scratch(A, key, plan, n, dtype, stream):
     instantiated from calls captured on one stream and run together on two streams.  One graph
     is safe: CUDA runs the launches of one executable graph one after another.)"""
     handle = launch.stream_handle(stream)
-    words = flagged_words(2 * plan.grid[0] * n, 8 if dtype == np.float64 else 4)  # parts in the compute type
+    words = flagged_words(2 * plan.grid[0] * n, compute_dtype(dtype).itemsize)  # parts in the compute type
     def build():
         with device.allocating("HP-SpMM's scratch", words * 8):
             return cuda.to_device(np.zeros(words, np.uint64))

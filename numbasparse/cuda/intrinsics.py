@@ -19,6 +19,7 @@ import threading
 from numba import cuda, types
 from numba.cuda import config
 
+from ..dtypes import is_half_format
 from .device import WARP_SIZE
 
 FULL_MASK = 0xFFFFFFFF
@@ -286,25 +287,18 @@ def _make_python_vector_load(width, column_first=False):  # pragma: no cover - s
 #
 # float16 and bfloat16 operands reach the kernels as uint16 arrays of their bits (Numba has no
 # bfloat16 array type) and are computed in float32: loads convert in registers, stores round
-# to nearest even.  A kernel's value format (``fmt``) is the NumPy dtype string of float32 and
-# float64 ("<f4", "<f8") or one of HALF_FORMATS (numbasparse.dtypes.kernel_format).
-
-HALF_FORMATS = ("<f2", "bf16")
-
-
-def is_half(fmt):
-    return fmt in HALF_FORMATS
+# to nearest even.  A kernel's value format (``fmt``) is :func:`numbasparse.dtypes.kernel_format`.
 
 
 def value_types(fmt):
     """(storage Numba type, compute Numba type, compute NumPy type) of value format ``fmt``."""
     import numpy as np
 
-    if is_half(fmt):
+    if is_half_format(fmt):
         return types.uint16, types.float32, np.float32
     dtype = np.dtype(fmt)
-    return types.float32 if dtype == np.float32 else types.float64, \
-        types.float32 if dtype == np.float32 else types.float64, dtype.type
+    numba_type = types.float32 if dtype == np.float32 else types.float64
+    return numba_type, numba_type, dtype.type
 
 
 def _half_to_float_ir(builder, fmt, bits):
@@ -352,20 +346,15 @@ def _make_converters(fmt):
 def _make_python_converters(fmt):  # pragma: no cover - simulator only
     import numpy as np
 
+    from ..dtypes import bfloat16
+
+    half = bfloat16() if fmt == "bf16" else np.dtype(np.float16)  # NumPy's rounding: nearest, ties to even
+
     def to_compute(bits):
-        bits = np.uint16(bits)
-        if fmt == "bf16":
-            return np.float32(np.array(np.uint32(bits) << np.uint32(16), np.uint32).view(np.float32))
-        return np.float32(np.array(bits, np.uint16).view(np.float16))
+        return np.float32(np.array(bits, np.uint16).view(half))
 
     def to_storage(value):
-        value = np.float32(value)
-        if fmt != "bf16":
-            return np.uint16(np.array(value, np.float16).view(np.uint16))
-        u = int(np.array(value, np.float32).view(np.uint32))
-        if value != value:
-            return np.uint16((u >> 16) | 0x40)  # a quiet NaN of the same sign
-        return np.uint16(((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)  # nearest, ties to even
+        return np.uint16(np.array(value, np.float32).astype(half).view(np.uint16))
 
     return to_compute, to_storage
 
@@ -381,7 +370,7 @@ _converters = {}
 def converters(fmt):
     """(to_compute, to_storage): device functions between a stored value of format ``fmt`` and
     its compute type; the identity for float32 and float64."""
-    if not is_half(fmt):
+    if not is_half_format(fmt):
         return _identity, _identity
     if fmt not in _converters:
         _converters[fmt] = (_make_python_converters if config.ENABLE_CUDASIM else _make_converters)(fmt)
@@ -512,7 +501,7 @@ def vector_load(width, column_first=False, fmt=None):
     """``load(arr, i, j)`` returning ``arr[i, j:j + width]`` as a tuple, width 1, 2 or 4 (up to
     8 for a 16-bit ``fmt``, whose values come back as float32; ``column_first``: the address
     order of :func:`_item_pointer`)."""
-    half = fmt if is_half(fmt) else None
+    half = fmt if is_half_format(fmt) else None
     key = (width, column_first, half)
     if key not in _vector_loads:
         if half:
