@@ -1013,8 +1013,8 @@ def build_spmm(r):
     v = Verdict()
     sparse = build_sparse(r["A"], v)
     M, K = r["A"]["m"], r["A"]["n"]
-    device = r["place"] == "device"
     B = build_dense(r["B"], "B", (K, r["N"]), r["dtype"], r["place"])
+    device = B.place == "device"  # (a torch B is a CPU tensor whatever the place)
     compute = dense_rules(v, [B], sparse)
     if B.ndim == 2 and B.shape[0] != K:
         v.need(RAISE, f"B has {B.shape[0]} rows for {K} columns of A")
