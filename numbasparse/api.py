@@ -178,8 +178,8 @@ def _spmm(A, B, reduce, algorithm, backend, out, record):
     m, k = A.shape
     if b.shape[0] != k:
         raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
-    algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], A.nnz, reduce, (m, k),
-                            b.dtype.itemsize, A.cache if isinstance(A, CSR) else None, dtype=b.dtype)
+    algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], reduce, b.dtype.itemsize,
+                            A if isinstance(A, CSR) else None, dtype=b.dtype)
     shape = (m, b.shape[1])
     result, C = _output(out, b, shape, b.dtype, A)
 
@@ -227,7 +227,7 @@ def _sddmm(A, X, Y, algorithm, backend, record):
         raise ValueError(f"A is {m}x{n}, so X must have {m} rows and Y {n} rows; got X {x.shape}, Y {y.shape}")
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"X and Y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
-    algo = dispatch.resolve("sddmm", algorithm, backend, x.on_device, x.shape[1], A.nnz, dtype=x.dtype)
+    algo = dispatch.resolve("sddmm", algorithm, backend, x.on_device, x.shape[1], dtype=x.dtype)
 
     if algo.backend == "cpu":
         host = _host_csr(A, x.dtype, "X")
@@ -272,7 +272,7 @@ def spmm_dense(A, X, W, *, backend="auto"):
     if w.shape[0] != x.shape[1]:
         raise ValueError(f"X has {x.shape[1]} columns but W has {w.shape[0]} rows (W is {w.shape})")
     shape = (m, w.shape[1])
-    algo = dispatch.resolve("spmm", "auto", backend, x.on_device, x.shape[1], A.nnz, dtype=x.dtype)
+    algo = dispatch.resolve("spmm", "auto", backend, x.on_device, x.shape[1], dtype=x.dtype)
     if algo.backend == "cpu":
         x32, w32 = _cpu_operands(x.dtype, x.array, w.array)
         Z = algo.run(_host_csr(A, x.dtype, "X"), x32, "sum")
@@ -321,7 +321,7 @@ def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"{names[0]} and {names[1]} must have the same number of columns, "
                          f"got {x.shape[1]} and {y.shape[1]}")
-    algo = dispatch.resolve("sddmm", "auto", backend, x.on_device, x.shape[1], A.nnz, dtype=x.dtype)
+    algo = dispatch.resolve("sddmm", "auto", backend, x.on_device, x.shape[1], dtype=x.dtype)
     shape = (m, z.shape[1])
     if algo.backend == "cpu":
         from . import cpu

@@ -32,7 +32,7 @@ from . import cpu
 from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
 from .dtypes import HALF_NAMES, storage_dtype
-from .preprocess.slab_tiles import slab_estimate
+from .preprocess.slab_tiles import entries_per_segment
 
 BACKENDS = ("auto", "cuda", "cpu")
 
@@ -182,40 +182,34 @@ def algorithms(op, backend=None):
     return tuple(name for name, a in TABLES[op].items() if backend in (None, a.backend))
 
 
-def slab_features(shape, nnz, n_cols, itemsize):
-    """(B-row re-use, entries per segment) the column-slab kernel's default tiling should give
-    for an (M, K) matrix of ``nnz`` entries and N = ``n_cols`` (:func:`slab_estimate`: O(1), from
-    the shape and entry count alone)."""
-    vec, _ = slab.lane_layout(n_cols, itemsize)
-    _, width, per_tile = slab.tiling(nnz, shape[1], n_cols, itemsize, vec)
-    return slab_estimate(shape[0], shape[1], nnz, width, per_tile)
-
-
-def slab_pays(shape, nnz, n_cols, itemsize, cache=None):
-    """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM; kept in
-    ``cache`` (a device matrix's :class:`~numbasparse.cache.MatrixCache`) when given, since the
-    rule runs on every call."""
-    if n_cols < SLAB_MIN_COLUMNS or nnz == 0:
+def slab_pays(A, n_cols, itemsize):
+    """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM on the
+    device matrix ``A`` (a :class:`~numbasparse.CSR`): N >= SLAB_MIN_COLUMNS and the default
+    tiling's segments hold >= SLAB_MIN_SEGMENT entries on average, counted on A's pattern once
+    per tiling (kept in ``A.cache``)."""
+    if n_cols < SLAB_MIN_COLUMNS or A.nnz == 0:
         return False
-    if cache is None:
-        return slab_features(shape, nnz, n_cols, itemsize)[1] >= SLAB_MIN_SEGMENT
-    return cache.get_or_build("plans", ("slab_pays", n_cols, itemsize),
-                              lambda: slab_features(shape, nnz, n_cols, itemsize)[1] >= SLAB_MIN_SEGMENT)
+    vec, _ = slab.lane_layout(n_cols, itemsize)
+    _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
+
+    def count():
+        host = A._host  # (downloaded once for a matrix built on the GPU; the slab plan reads it too)
+        return entries_per_segment(host.indptr, host.indices, width, slab.DEFAULT.max_segment)
+    return A.cache.get_or_build("plans", ("slab_entries_per_segment", width), count) >= SLAB_MIN_SEGMENT
 
 
-def _auto_name(op, backend, n_cols, nnz, shape=None, itemsize=4, cache=None, dtype=None):
+def _auto_name(op, backend, n_cols, itemsize=4, matrix=None, dtype=None):
     if backend == "cpu":
         return "cpu_rows"
     takes = dtype is None or dtype.name in SPMM["slab"].dtypes
-    if op == "spmm" and takes and shape is not None and slab_pays(shape, nnz, n_cols, itemsize, cache):
+    if op == "spmm" and takes and matrix is not None and slab_pays(matrix, n_cols, itemsize):
         return "slab"
     return "hp"
 
 
-def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum", shape=None, itemsize=4, cache=None,
-            dtype=None):
-    """The :class:`Algorithm` to run, or ValueError naming the bad argument (``shape``: A's,
-    ``itemsize``: the operands', ``cache``: a device matrix's cache, for the rules of
+def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4, matrix=None, dtype=None):
+    """The :class:`Algorithm` to run, or ValueError naming the bad argument (``itemsize``: the
+    operands', ``matrix``: A as a device :class:`~numbasparse.CSR`, for the rules of
     ``algorithm="auto"``; ``dtype``: the operands', which the algorithm must take)."""
     table = TABLES[op]
     check_option("backend", backend, BACKENDS)
@@ -233,7 +227,7 @@ def resolve(op, algorithm, backend, on_device, n_cols, nnz=0, reduce="sum", shap
         require_cuda(f"backend='cuda' (algorithm {algorithm!r})")
         if dtype is not None and dtype.name == "bfloat16":
             require_bfloat16()
-    name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, nnz, shape, itemsize, cache, dtype)
+    name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, itemsize, matrix, dtype)
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")
     if dtype is not None and dtype.name not in table[name].dtypes:

@@ -116,11 +116,9 @@ def test_algorithms_without_half_precision_name_those_with_it(graph):
 
 
 def test_auto_runs_hp_for_half_where_it_runs_slab_for_float32():
-    dense_graph = dict(shape=(2048, 2048), nnz=2048 * 512, cache=None)
-    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, dense_graph["nnz"], "sum", dense_graph["shape"],
-                            4).name == "slab"
-    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, dense_graph["nnz"], "sum", dense_graph["shape"],
-                            2, dtype=np.dtype(np.float16)).name == "hp"
+    dense = ns.CSR.from_scipy(sp.csr_matrix(np.ones((256, 256), np.float32)))  # 32 entries per segment
+    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, "sum", 4, dense).name == "slab"
+    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, "sum", 2, dense, dtype=np.dtype(np.float16)).name == "hp"
 
 
 def test_half_inputs_are_not_modified(graph):

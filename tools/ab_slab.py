@@ -11,8 +11,7 @@ partial-row flush: one vector reduction per lane or a shared-memory transpose an
 scalar atomics, address order of the loads), the slab kernel's and HP/slab.  Each combination is
 a ``slab.SlabConfig`` (``dataclasses.replace`` of ``slab.DEFAULT``) passed to ``spmm_slab``; the
 first value of each option is the default's.  With ``--stats``, also the tiles' B-row re-use and
-entries per segment (gathers per atomic flush) on the first 4 graphs, measured and as
-``slab_estimate`` predicts them.  Imports ``ab_hp`` from its own folder (run it as a script)."""
+entries per segment (gathers per atomic flush) on the first 4 graphs.  Imports ``ab_hp`` from its own folder (run it as a script)."""
 import argparse
 import dataclasses
 import itertools
@@ -24,7 +23,7 @@ import numbasparse as ns
 from ab_hp import load, operands
 from numbasparse.bench.timing import time_kernels
 from numbasparse.cuda import hp, slab
-from numbasparse.preprocess.slab_tiles import SlabTiles, slab_estimate
+from numbasparse.preprocess.slab_tiles import SlabTiles
 from numbasparse.reference import relative_error
 
 
@@ -85,11 +84,9 @@ def main():
                         width, per_tile = slab.tiling(A.nnz, A.shape[1], n, 4, vec, config)[1:]
                         tiles = SlabTiles(A.indptr, A.indices, A.shape, width, per_tile, config.max_segment,
                                           config.warps)
-                        estimate = slab_estimate(A.shape[0], A.shape[1], A.nnz, width, per_tile)
-                        stats.append((tiles.reuse(A.indptr, A.indices), tiles.entries_per_segment, *estimate))
-                    reuse, per_segment, reuse_est, per_segment_est = np.mean(stats, axis=0)
-                    print(f"        re-use {reuse:5.1f} (estimate {reuse_est:5.1f})  entries/segment {per_segment:5.1f}"
-                          f" (estimate {per_segment_est:5.1f})", flush=True)
+                        stats.append((tiles.reuse(A.indptr, A.indices), tiles.entries_per_segment))
+                    reuse, per_segment = np.mean(stats, axis=0)
+                    print(f"        re-use {reuse:5.1f}  entries/segment {per_segment:5.1f}", flush=True)
 
 
 if __name__ == "__main__":

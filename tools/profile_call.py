@@ -49,7 +49,7 @@ def full_path(call):
 rows = {
     "torch.sparse.mm": lambda: torch_mm(Bt),
     "  arrays.dense(B)": lambda: arrays.dense(Bt, "B", 2),
-    "  dispatch.resolve": lambda: dispatch.resolve("spmm", "hp", "auto", True, N, csr.nnz, "sum"),
+    "  dispatch.resolve": lambda: dispatch.resolve("spmm", "hp", "auto", True, N, "sum"),
     "  arrays.empty_like_framework": lambda: arrays.empty_like_framework(Bd, (A.shape[0], N), np.float32),
     "    B.new_empty(shape)": lambda: Bt.new_empty((A.shape[0], N)),
     "    DeviceView.of_torch(C)": lambda: arrays.DeviceView.of_torch(Ct),

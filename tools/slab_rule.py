@@ -4,8 +4,8 @@
     python tools/slab_rule.py [--n 64,128,256] GRAPH...
 
 GRAPH as in tools/ab_hp.py; a sampled:SPEC graph is measured subgraph by subgraph.  For each
-(graph, N): rows, columns, entries, the rule's estimate of B-row re-use and entries per segment
-(from the shape and the entry count alone), HP's and the slab kernel's microseconds (best of 3,
+(graph, N): rows, columns, entries, the default tiling's entries per segment (counted, as the
+rule does), HP's and the slab kernel's microseconds (best of 3,
 results checked against the float64 reference), HP/slab, and the rule's choice.  Imports
 ``ab_hp`` and ``ab_slab`` from its own folder (run it as a script)."""
 import argparse
@@ -14,8 +14,9 @@ import numpy as np
 
 from ab_hp import load, operands
 from ab_slab import timed
-from numbasparse import dispatch
+from numbasparse import CSR, dispatch
 from numbasparse.cuda import hp, slab
+from numbasparse.preprocess.slab_tiles import entries_per_segment
 
 
 def main():
@@ -24,7 +25,7 @@ def main():
     parser.add_argument("--n", default="64,128,256")
     args = parser.parse_args()
     rng = np.random.default_rng()
-    print(f"{'graph':<22} {'N':>4} {'rows':>7} {'cols':>7} {'nnz':>9} {'re-use':>7} {'per seg':>7} "
+    print(f"{'graph':<22} {'N':>4} {'rows':>7} {'cols':>7} {'nnz':>9} {'per seg':>7} "
           f"{'hp us':>8} {'slab us':>8} {'hp/slab':>7} rule")
     for spec in args.graphs:
         for g, A in enumerate(load(spec)):
@@ -32,10 +33,12 @@ def main():
                 (_, dense, expected), = operands([A], "spmm", n, rng)
                 hp_us, e1 = timed([A], [dense], [expected], lambda a, b, c: hp.spmm_hp(a, b, c, "sum"))
                 slab_us, e2 = timed([A], [dense], [expected], lambda a, b, c: slab.spmm_slab(a, b, c, "sum"))
-                reuse, per_segment = dispatch.slab_features(A.shape, A.nnz, n, 4)
-                choice = "slab" if dispatch.slab_pays(A.shape, A.nnz, n, 4) else "hp"
+                vec, _ = slab.lane_layout(n, 4)
+                width = slab.tiling(A.nnz, A.shape[1], n, 4, vec)[1]
+                per_segment = entries_per_segment(A.indptr, A.indices, width, slab.DEFAULT.max_segment)
+                choice = "slab" if dispatch.slab_pays(CSR.from_scipy(A), n, 4) else "hp"
                 name = f"{spec}[{g}]" if spec.startswith("sampled:") else spec
-                print(f"{name:<22} {n:>4} {A.shape[0]:>7} {A.shape[1]:>7} {A.nnz:>9} {reuse:7.1f} {per_segment:7.1f} "
+                print(f"{name:<22} {n:>4} {A.shape[0]:>7} {A.shape[1]:>7} {A.nnz:>9} {per_segment:7.1f} "
                       f"{hp_us:8.1f} {slab_us:8.1f} {hp_us / slab_us:7.2f} {choice}"
                       f"{'' if max(e1, e2) < 1e-5 else ' WRONG'}", flush=True)
 

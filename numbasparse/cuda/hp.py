@@ -85,15 +85,14 @@ def lane_layout(n_cols, itemsize, *arrays, lanes=None):
 def gather_depth(nnz, nonempty_rows, width, itemsize=4, lanes=MAX_LANES):
     """Entries per gather batch for a graph of ``nnz`` entries in ``nonempty_rows`` non-empty
     rows with ``width`` columns of ``itemsize`` bytes per lane in groups of ``lanes``:
-    GATHER_DEPTH on graphs of long rows (the kernel is latency-bound there), 1 on short rows
-    (short runs of one row leave a warp's groups on different paths).  16-bit values: twice
-    GATHER_DEPTH (a load brings half the bytes, so twice the loads in flight keep the same bytes
-    in flight), also on short rows when a group is the whole warp (no other group to diverge
-    from)."""
+    GATHER_DEPTH (twice that for 16-bit values: a load brings half the bytes, so twice the loads
+    in flight keep the same bytes in flight) on graphs of long rows (the kernel is latency-bound
+    there) and wherever a group is the whole warp (no other group to diverge from at row ends);
+    1 on short rows in narrower groups (short runs of one row leave a warp's groups on
+    different paths)."""
     long_rows = nnz >= GATHER_MIN_ROW * max(1, nonempty_rows)
-    if itemsize == 2:
-        return 2 * GATHER_DEPTH if width <= 2 * GATHER_MAX_WIDTH and (long_rows or lanes == MAX_LANES) else 1
-    return GATHER_DEPTH if long_rows and width <= GATHER_MAX_WIDTH else 1
+    scale = 2 if itemsize == 2 else 1
+    return scale * GATHER_DEPTH if width <= scale * GATHER_MAX_WIDTH and (long_rows or lanes == MAX_LANES) else 1
 
 
 def full_wave(registers_per_thread=64):

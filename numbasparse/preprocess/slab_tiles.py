@@ -21,18 +21,7 @@ class SlabTiles:
         self.tile_nnz = tile_nnz
         self.warps = warps
         self.n_slabs = max(1, -(-n_cols // slab_width))
-        indptr = np.asarray(indptr, np.int64)
-        nnz = int(indptr[-1])
-        rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))
-        slab = np.asarray(indices, np.int64) // slab_width
-        key = rows * self.n_slabs + slab
-        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if nnz else np.zeros(0, np.int64)
-        ends = np.r_[starts[1:], nnz].astype(np.int64)
-        pieces = -(-(ends - starts) // max_segment)  # long segments cut into max_segment pieces
-        first = np.repeat(starts, pieces)
-        offset = np.arange(first.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-        starts = first + offset * max_segment
-        ends = np.minimum(starts + max_segment, np.repeat(ends, pieces))
+        rows, slab, starts, ends = _segments(indptr, indices, n_rows, slab_width, max_segment)
         lengths = ends - starts
         seg_slab = slab[starts]
         # windows: each slab's segments in row order, cut every tile_nnz entries
@@ -83,20 +72,38 @@ class SlabTiles:
         return indices.size / np.unique(tile * (int(indices.max()) + 1) + indices[entry]).size
 
 
-def slab_estimate(n_rows, n_cols_a, nnz, slab_width, tile_nnz):
-    """(re-use, entries per segment) that a tiling should give, from the shape and the entry
-    count alone, for rows of equal length and columns spread uniformly: a tile of ``tile_nnz``
-    entries spans ``tile_nnz / (entries per row and slab)`` rows and uses each column of its slab
-    ``rows * density`` times (at least once when it uses it), and a row of ``l`` entries meets
-    ``S * (1 - (1 - 1/S)**l)`` of the ``S`` slabs.  O(1): the input of a dispatch rule, where
-    building :class:`SlabTiles` (O(nnz) sorting) is not."""
-    if nnz == 0 or n_rows == 0:
-        return 0.0, 0.0
-    n_slabs = max(1, -(-n_cols_a // slab_width))
-    density = nnz / (n_rows * max(1, n_cols_a))
-    rows = min(n_rows, tile_nnz * n_rows * n_slabs / nnz)
-    column_uses = rows * density  # per column of a tile's slab
-    reuse = max(1.0, column_uses / -np.expm1(-column_uses))  # uses per column actually used
-    length = nnz / n_rows
-    slabs_met = n_slabs * -np.expm1(length * np.log1p(-1.0 / n_slabs)) if n_slabs > 1 else 1.0
-    return float(reuse), float(length / max(1.0, slabs_met))
+def _segments(indptr, indices, n_rows, slab_width, max_segment):
+    """(row of each entry, slab of each entry, segment starts, segment ends): a segment is one row's
+    entries inside one slab (column indices sorted within rows), cut into pieces of at most
+    ``max_segment``."""
+    indptr = np.asarray(indptr, np.int64)
+    nnz = int(indptr[-1]) if indptr.size else 0
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))
+    slab = np.asarray(indices[:nnz], np.int64) // slab_width
+    key = rows * (int(slab.max()) + 1 if nnz else 1) + slab
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if nnz else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], nnz].astype(np.int64)
+    pieces = -(-(ends - starts) // max_segment)  # long segments cut into max_segment pieces
+    first = np.repeat(starts, pieces)
+    offset = np.arange(first.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    starts = first + offset * max_segment
+    return rows, slab, starts, np.minimum(starts + max_segment, np.repeat(ends, pieces))
+
+
+def entries_per_segment(indptr, indices, slab_width, max_segment):
+    """Mean entries per segment of a tiling by slabs of ``slab_width`` columns (what
+    :attr:`SlabTiles.entries_per_segment` gives, without building the tiles): one O(nnz) pass
+    over the pattern.  Counted, not estimated: real graphs number their nodes with locality
+    (crawl order, communities), so a row's columns bunch into far fewer slabs than spread
+    uniformly would."""
+    indptr = np.asarray(indptr, np.int64)
+    nnz = int(indptr[-1]) if indptr.size else 0
+    if nnz == 0:
+        return 0.0
+    slab = np.asarray(indices[:nnz]) // slab_width
+    first = np.empty(nnz, bool)
+    first[0] = True
+    np.not_equal(slab[1:], slab[:-1], out=first[1:])
+    first[indptr[:-1][np.diff(indptr) > 0]] = True  # a row's first entry starts a segment
+    lengths = np.diff(np.r_[np.flatnonzero(first), nnz])
+    return nnz / float((-(-lengths // max_segment)).sum())

@@ -69,9 +69,10 @@ def test_lane_layout_of_16_bit_values_widens_vectors_only_past_32_lanes_of_4():
 
 def test_gather_depth_rule():
     assert hp.gather_depth(nnz=4000, nonempty_rows=100, width=4) == 2  # rows of 40
-    assert hp.gather_depth(nnz=400, nonempty_rows=100, width=4) == 1  # rows of 4
-    assert hp.gather_depth(nnz=4000, nonempty_rows=100, width=8) == 1  # would spill
-    assert hp.gather_depth(nnz=0, nonempty_rows=0, width=4) == 1
+    assert hp.gather_depth(nnz=400, nonempty_rows=100, width=4, lanes=8) == 1  # rows of 4: groups would diverge
+    assert hp.gather_depth(nnz=400, nonempty_rows=100, width=4, lanes=32) == 2  # a group per warp
+    assert hp.gather_depth(nnz=4000, nonempty_rows=100, width=8, lanes=16) == 1  # would spill
+    assert hp.gather_depth(nnz=0, nonempty_rows=0, width=4, lanes=8) == 1
 
 
 def test_gather_depth_of_16_bit_values_keeps_the_bytes_in_flight():

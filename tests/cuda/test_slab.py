@@ -9,7 +9,7 @@ from numba import cuda
 from numbasparse import CSR, dispatch, graphs
 from numbasparse.cuda import slab
 from numbasparse.cuda.device import simulator_enabled
-from numbasparse.preprocess.slab_tiles import SlabTiles, slab_estimate
+from numbasparse.preprocess.slab_tiles import SlabTiles, entries_per_segment
 from numbasparse.reference import spmm_reference
 from strategies import assert_close, random_dense
 
@@ -118,14 +118,33 @@ def test_slab_on_sampled_subgraph_with_default_tiling(n_cols, reduce):
     assert_close(run_slab(A, B, reduce), spmm_reference(A, B, reduce), np.float32)
 
 
-def test_estimate_tracks_the_tiling_on_uniform_columns():
+@pytest.mark.parametrize("max_segment", [4, 10**9])
+@pytest.mark.parametrize("graph", ["uniform", "power-law", "empty rows"])
+def test_counted_entries_per_segment_are_the_tilings(graph, max_segment):
     rng = np.random.default_rng(0)
-    A = sp.random(400, 600, density=0.05, format="csr", random_state=rng)
+    if graph == "uniform":
+        A = sp.random(400, 600, density=0.05, format="csr", random_state=rng)
+    elif graph == "power-law":
+        A = graphs.rmat(9, 8)
+    else:
+        A = sp.random(300, 500, density=0.01, format="csr", random_state=rng)  # a third of the rows empty
     A.sort_indices()
-    tiles = SlabTiles(A.indptr, A.indices, A.shape, slab_width=100, tile_nnz=1000, max_segment=10**9, warps=32)
-    reuse, per_segment = slab_estimate(400, 600, A.nnz, 100, 1000)  # ~200-row windows
-    assert reuse == pytest.approx(tiles.reuse(A.indptr, A.indices), rel=0.1)
-    assert per_segment == pytest.approx(tiles.entries_per_segment, rel=0.1)
+    tiles = SlabTiles(A.indptr, A.indices, A.shape, slab_width=100, tile_nnz=1000, max_segment=max_segment, warps=32)
+    assert entries_per_segment(A.indptr, A.indices, 100, max_segment) == pytest.approx(tiles.entries_per_segment)
+    assert entries_per_segment(np.zeros(4, np.int64), np.zeros(0, np.int32), 100, max_segment) == 0.0
+
+
+def test_auto_counts_segments_rather_than_assuming_spread_columns():
+    # each row's 40 entries fall in one slab: 40 entries per segment (at most 32: max_segment)
+    n_rows, n_cols = 64, 65536  # ~100 slabs of 640 columns at N = 64
+    starts = np.arange(n_rows) * 61 % (n_cols - 40)
+    indices = (starts[:, None] + np.arange(40)).ravel()
+    A = sp.csr_matrix((np.ones(indices.size, np.float32), indices, np.arange(n_rows + 1) * 40), shape=(n_rows, n_cols))
+    assert dispatch.slab_pays(CSR.from_scipy(A), 64, 4)
+    shuffled = np.random.default_rng(0).permutation(n_cols)[indices]  # the same rows, columns renumbered
+    spread = sp.csr_matrix((A.data, shuffled, A.indptr), shape=A.shape)
+    spread.sort_indices()
+    assert not dispatch.slab_pays(CSR.from_scipy(spread), 64, 4)
 
 
 def test_auto_runs_the_slab_kernel_on_a_dense_graph():
@@ -135,7 +154,7 @@ def test_auto_runs_the_slab_kernel_on_a_dense_graph():
     A = random_graph(rng, (8, 40), rng.integers(20, 40, 8))  # ~30 entries per row and slab
     B = random_dense(rng, (40, 64), np.float32)
     dev = CSR.from_scipy(A, dtype=np.float32)
-    assert dispatch.slab_pays(A.shape, A.nnz, 64, 4)
+    assert dispatch.slab_pays(dev, 64, 4)
     C = ns.spmm(dev, cuda.to_device(B)).copy_to_host()
     assert any(key[0] == "spmm_slab" for key in dev.cache.sections["plans"])
     assert_close(C, spmm_reference(A, B), np.float32)
