@@ -19,6 +19,7 @@ hook through which :mod:`numbasparse.replay` observes what a call issued.
 """
 import contextlib
 import functools
+import inspect
 import sys
 import threading
 import weakref
@@ -36,22 +37,31 @@ MAX_ALIGNMENT = 32
 
 
 def kernel_factory(factory):
-    """Decorator of a compile-once kernel factory: one dispatcher per argument tuple (the
-    kernel's compile-time configuration), made on first use and kept for the process (the fast
-    launch needs one compiled signature per dispatcher).  A kernel it makes keeps what it
-    compiles on disk (:class:`KernelFiles`), so the next process loads instead of compiling."""
+    """Decorator of a compile-once kernel factory: one dispatcher per configuration (the
+    factory's arguments, defaults filled in, so that every way of passing them gives the same
+    kernel), made on first use and kept for the process (the fast launch needs one compiled
+    signature per dispatcher).  A kernel it makes keeps what it compiles on disk
+    (:class:`KernelFiles`), so the next process loads instead of compiling."""
     name = f"{factory.__module__.rsplit('.', 1)[-1]}.{factory.__name__}"
+    signature = inspect.signature(factory)
 
     @functools.lru_cache(maxsize=None)
-    @functools.wraps(factory)
-    def make(*args, **kwargs):
-        made = factory(*args, **kwargs)
+    def make_once(*args):
+        made = factory(*args)
         if _is_kernel(made):
             constants = "".join(_module_constants(sys.modules[m]) for m in (factory.__module__, *_SHARED_MODULES))
             options = sorted((k, v) for k, v in made.targetoptions.items() if isinstance(v, (bool, int, float, str)))
-            made._cache = KernelFiles(name, repr((args, sorted(kwargs.items()), options, constants)))
+            made._cache = KernelFiles(name, repr((args, options, constants)))
         return made
 
+    @functools.wraps(factory)
+    def make(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return make_once(*bound.args)
+
+    make.cache_clear = make_once.cache_clear
+    make.cache_info = make_once.cache_info
     return make
 
 

@@ -228,3 +228,12 @@ def test_precompiled_kernels_serve_a_new_process_on_graphs_it_never_saw(tmp_path
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     assert counts["loaded"] > 0 and counts["missed"] == 0, counts
+
+
+def test_a_kernel_factory_gives_one_kernel_however_its_defaults_are_passed():
+    from numbasparse.cuda import hp
+
+    given = hp.spmm_hp_kernel(0, 32, 4, 1, "<f4", "<i4", 2, False, None)
+    assert hp.spmm_hp_kernel(0, 32, 4, 1, "<f4", "<i4", 2) is given  # what precompile and tests call
+    assert hp.spmm_hp_kernel(0, 32, 4, 1, "<f4", "<i4", depth=2, single=False) is given
+    assert hp.spmm_hp_kernel(0, 32, 4, 1, "<f4", "<i4", 2, True) is not given
