@@ -6,24 +6,34 @@ compute.  Every entry's ``run`` has the signature of its operation's launcher:
 a device :class:`~numbasparse.CSR` and device arrays (CUDA), or ``run(A, B, reduce, out=)`` /
 ``run(A, X, Y)`` with A a canonical scipy CSR and NumPy arrays (CPU).
 
-The rules of ``auto`` (measurements in BENCHMARKS.md):
+The rules of ``auto``, each with the measurement that backs it (H100; BENCHMARKS.md, "SpMM on
+the shared graphs" and the sections named):
 
 ========= ====================================================== =================================
-op        rule                                                   why
+op        rule                                                   measured
 ========= ====================================================== =================================
 spmm      CPU backend: ``cpu_rows``                              the only CPU kernel
 spmm      ``hp`` for float16/bfloat16 operands                   the kernels that write a 16-bit C
                                                                  store whole rows, rounded once;
                                                                  the others combine partial rows
                                                                  atomically in C's dtype
-spmm      ``slab`` where N >= SLAB_MIN_COLUMNS and a column      dense graphs (sampled subgraphs):
-          slab's piece of a row averages >= SLAB_MIN_SEGMENT     B rows re-used from L1
-          entries (:func:`slab_pays`)                            ("Column-slab SpMM")
+spmm      ``slab`` where N >= SLAB_MIN_COLUMNS and the default   18 real graphs x N = 64..256:
+          tiling's segments (a row's entries in one column       slab faster than HP in 15 of the
+          slab) average >= SLAB_MIN_SEGMENT entries, counted     16 cases at >= 4 (1.08-1.89x by
+          on A's pattern (:func:`slab_pays`): B rows are         kernel time; 0.97x in the other),
+          re-used from L1, at one atomic flush per segment       HP faster in 31 of the 38 below;
+                                                                 N = 32: HP faster on the large
+                                                                 graphs whatever the segments
+                                                                 ("Column-slab SpMM")
 spmm      ``hp`` elsewhere                                       balanced by nonzeros: heavy rows
                                                                  never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
 sddmm     ``hp`` (CPU: ``cpu_rows``)                             ("HP-SpMM and HP-SDDMM")
 ========= ====================================================== =================================
+
+HP-SpMM's own layout, depth, DTP and launch-mode rules live with the kernel
+(:mod:`numbasparse.cuda.hp`), as do the column-slab kernel's tiling rules
+(:mod:`numbasparse.cuda.slab`).
 """
 import functools
 from dataclasses import dataclass
@@ -37,9 +47,9 @@ from .preprocess.slab_tiles import entries_per_segment
 BACKENDS = ("auto", "cuda", "cpu")
 
 #: The column-slab SpMM pays where a partial row (one atomic flush per lane) serves at least
-#: SLAB_MIN_SEGMENT entries (:func:`slab_features`) and N >= SLAB_MIN_COLUMNS: faster than HP on
-#: every sampled subgraph measured at N = 64..256 (9-37 entries per segment), slower on R-MAT and
-#: the small real graphs (1-1.5), for every reduction (BENCHMARKS.md, "Column-slab SpMM").
+#: SLAB_MIN_SEGMENT entries (:func:`slab_pays`) and N >= SLAB_MIN_COLUMNS: first fitted on sampled
+#: subgraphs (9-37 entries per segment: faster at N = 64..256, every reduction; R-MAT and small
+#: citation graphs, 1-1.5: slower), then checked on the 18 shared graphs (table above).
 SLAB_MIN_SEGMENT = 4.0
 SLAB_MIN_COLUMNS = 64
 

@@ -48,9 +48,11 @@ WAVES = 2
 #: instruction where N is small.
 MIN_LANES, MAX_LANES = 4, 32
 #: Entries of one row whose B rows a lane group loads before it uses the first (more gathers in
-#: flight), on graphs whose non-empty rows average GATHER_MIN_ROW entries or more, for lanes of
-#: at most GATHER_MAX_WIDTH columns of 32 bits or more, twice that of 16 bits (one 16-byte
-#: load either way; wider ones would spill); 16-bit rules in :func:`gather_depth`.
+#: flight), on graphs whose non-empty rows average GATHER_MIN_ROW entries or more and wherever a
+#: group is a whole warp, for lanes of at most GATHER_MAX_WIDTH columns of 32 bits or more,
+#: twice that of 16 bits (one 16-byte load either way; wider ones would spill); 16-bit values
+#: twice the depth (:func:`gather_depth`).  Whole-warp groups on short rows, float32, N = 128 /
+#: 256 on the 18 shared graphs: depth 2 over 1 gained up to 1.22x, lost nowhere beyond 2%.
 GATHER_DEPTH, GATHER_MIN_ROW, GATHER_MAX_WIDTH = 2, 16, 4
 #: The single launch is used only where no lane group writes more than MAX_ZEROED_ROWS empty
 #: rows, one after another, and no row spans more than MAX_SINGLE_LAUNCH_SPAN blocks after its
@@ -687,23 +689,28 @@ def sddmm_hp_kernel(vec, group, value_dtype):
     return sddmm_hp
 
 
-def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override):
+def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override, group_override=None):
     vec = vector_width(k_dim, X.dtype.itemsize, X, Y)
     group = 1
     while group < WARP and group * vec < k_dim:
         group *= 2
+    group = group_override or group
     npw = nnz_per_warp_override or nnz_per_warp(A.nnz, 1)
     grid = cdiv(cdiv(A.nnz, npw), WARPS_PER_BLOCK)
     return sddmm_hp_kernel(vec, group, kernel_format(A.dtype)), grid, npw, _pattern(A, "segment_rows", npw)
 
 
-def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None):
-    """Launch HP-SDDMM: ``out[p] = a_p * <X[i], Y[j]>`` for each stored entry p = (i, j)."""
+def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None):
+    """Launch HP-SDDMM: ``out[p] = a_p * <X[i], Y[j]>`` for each stored entry p = (i, j).
+    Overrides of the rules, for tools and tests: ``nnz_per_warp`` (DTP), ``group`` (lanes per
+    nonzero, a power of two up to 32: narrower groups loop over K)."""
     if A.nnz == 0:
         return
+    if group is not None and (group not in (1, 2, 4, 8, 16, 32)):
+        raise ValueError(f"group must be a power of two from 1 to 32, got {group!r}")
     k_dim = X.shape[1]
-    key = ("sddmm_hp", k_dim, A.dtype.name, min(launch.alignment(X), launch.alignment(Y)), nnz_per_warp)
+    key = ("sddmm_hp", k_dim, A.dtype.name, min(launch.alignment(X), launch.alignment(Y)), nnz_per_warp, group)
     kernel, grid, npw, warp_rows = A.cache.get_or_build("plans", key,
-                                                        lambda: _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp))
+                                                        lambda: _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp, group))
     args = (A.indptr, A.indices, A.data, warp_rows, X, Y, out, npw)
     launch.run_bound(A.cache, key, kernel, grid, WARPS_PER_BLOCK * WARP, stream, args, (4, 5, 6))

@@ -110,16 +110,25 @@ def test_dtp_shrinks_work_per_warp_for_small_graphs(monkeypatch):
 
 @settings(max_examples=12)  # simulated shuffles are slow
 @given(A=graphs(max_rows=8, max_cols=40), k=st.sampled_from([0, 1, 7, 32, 33, 70, 128]),
-       nnz_per_warp=st.sampled_from([1, 3, 32, None]), dtype=st.sampled_from([np.float32, np.float64]),
-       index_dtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2**32 - 1))
-def test_hp_sddmm_matches_reference(A, k, nnz_per_warp, dtype, index_dtype, seed):
+       nnz_per_warp=st.sampled_from([1, 3, 32, None]), group=st.sampled_from([None, None, 4, 8]),
+       dtype=st.sampled_from([np.float32, np.float64]), index_dtype=st.sampled_from([np.int32, np.int64]),
+       seed=st.integers(0, 2**32 - 1))
+def test_hp_sddmm_matches_reference(A, k, nnz_per_warp, group, dtype, index_dtype, seed):
+    """Also with groups forced narrower than K needs (each lane loops over K)."""
     rng = np.random.default_rng(seed)
     X = random_dense(rng, (A.shape[0], k), dtype)
     Y = random_dense(rng, (A.shape[1], k), dtype)
     dev = CSR.from_scipy(A, dtype=dtype, index_dtype=index_dtype)
     out = cuda.to_device(np.full(dev.nnz, np.nan, dtype))  # poisoned
-    hp.sddmm_hp(dev, cuda.to_device(X), cuda.to_device(Y), out, nnz_per_warp=nnz_per_warp)
+    hp.sddmm_hp(dev, cuda.to_device(X), cuda.to_device(Y), out, nnz_per_warp=nnz_per_warp, group=group)
     assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), dtype)
+
+
+def test_sddmm_group_override_must_be_a_lane_count():
+    dev = CSR.from_scipy(sp.csr_matrix(np.eye(3, dtype=np.float32)))
+    X = cuda.to_device(np.ones((3, 8), np.float32))
+    with pytest.raises(ValueError, match="group must be a power of two"):
+        hp.sddmm_hp(dev, X, X, cuda.device_array(3, np.float32), group=3)
 
 
 @pytest.mark.parametrize("reduce", ["sum", "max"])
