@@ -69,17 +69,19 @@ class Algorithm:
     dtypes: tuple = FULL_DTYPES
 
 
-def _spmm_tuned(A, B, C, reduce, *, stream=0):
-    from .select.tuner import schedule_for
+def _spmm_tuned(A, B, C, reduce, *, stream=0, families=None):
+    from .select import tuner
 
-    schedule = schedule_for(A, C.shape[1], C.dtype)
-    tiled.spmm_tiled(A, tiled.row_order(A, schedule.balance), B, C, schedule, stream=stream)
+    families = families or tuner.FAMILIES
+    choice = tuner.choose(A, "spmm", C.shape[1], A.dtype, reduce, families=families)
+    tuner.run(choice, "spmm", A, (B, C), reduce, stream)
 
 
-def _sddmm_tuned(A, X, Y, out, *, stream=0):
-    from .select.tuner import schedule_for
+def _sddmm_tuned(A, X, Y, out, *, stream=0, families=None):
+    from .select import tuner
 
-    tiled.sddmm_tiled(A, X, Y, out, schedule_for(A, X.shape[1], out.dtype, "sddmm"), stream=stream)
+    families = families or tuner.FAMILIES
+    tuner.run(tuner.choose(A, "sddmm", X.shape[1], A.dtype, families=families), "sddmm", A, (X, Y, out), stream=stream)
 
 
 def _spmm_blocked(A, B, C, reduce, *, stream=0):
@@ -159,6 +161,9 @@ SPMM = _table(
     Algorithm("hc_cores", "cuda", functools.partial(hc.spmm_hc, mode="cores"),
               "HC-SpMM, every window on the CUDA-core path", ("sum",)),
     Algorithm("tuned", "cuda", _spmm_tuned,
+              "the fastest of auto's choice, HP variants, the column slab and G-Sparse tiles, timed once per "
+              "graph, N, dtype and GPU", dtypes=ALL_DTYPES),
+    Algorithm("tiled", "cuda", functools.partial(_spmm_tuned, families=("tiled",)),
               "G-Sparse 2-D shared-memory tiled SpMM, schedule chosen by cost model + autotuner", ("sum",)),
     Algorithm("blocked", "cuda", _spmm_blocked,
               "CS267 blocked SpMM: a block per row, a thread per output, entries staged in shared memory",
@@ -173,6 +178,9 @@ SDDMM = _table(
     Algorithm("hp", "cuda", hp.sddmm_hp,
               "HP-SDDMM hybrid parallel, equal nonzeros per warp, lane groups sized to K", dtypes=ALL_DTYPES),
     Algorithm("tuned", "cuda", _sddmm_tuned,
+              "the fastest of auto's choice, HP-SDDMM variants and G-Sparse tiles, timed once per graph, K, "
+              "dtype and GPU", dtypes=ALL_DTYPES),
+    Algorithm("tiled", "cuda", functools.partial(_sddmm_tuned, families=("tiled",)),
               "G-Sparse tiled SDDMM (X rows in shared memory, adaptive warp shuffle), autotuned schedule"),
     Algorithm("blocked", "cuda", _sddmm_blocked,
               "CS267 blocked SDDMM: a block per row, X[i] in shared memory, 4 lanes per entry"),
@@ -208,7 +216,8 @@ def slab_pays(A, n_cols, itemsize):
     return A.cache.get_or_build("plans", ("slab_entries_per_segment", width), count) >= SLAB_MIN_SEGMENT
 
 
-def _auto_name(op, backend, n_cols, itemsize=4, matrix=None, dtype=None):
+def auto_name(op, backend, n_cols, itemsize=4, matrix=None, dtype=None):
+    """The algorithm ``"auto"`` picks on ``backend`` (the rules of the table above)."""
     if backend == "cpu":
         return "cpu_rows"
     takes = dtype is None or dtype.name in SPMM["slab"].dtypes
@@ -237,7 +246,7 @@ def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4,
         require_cuda(f"backend='cuda' (algorithm {algorithm!r})")
         if dtype is not None and dtype.name == "bfloat16":
             require_bfloat16()
-    name = algorithm if algorithm != "auto" else _auto_name(op, backend, n_cols, itemsize, matrix, dtype)
+    name = algorithm if algorithm != "auto" else auto_name(op, backend, n_cols, itemsize, matrix, dtype)
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")
     if dtype is not None and dtype.name not in table[name].dtypes:

@@ -198,21 +198,19 @@ def test_complex_A_is_refused(small):
 
 
 def test_auto_rule_follows_the_measurements():
-    from numbasparse import dispatch
+    import scipy.sparse as sp
 
-    small, large = 10_000, 30_000_000
-    assert dispatch._auto_name("spmm", "cuda", 64, small) == "hp"
-    assert dispatch._auto_name("spmm", "cuda", 64, large) == "hp"
-    assert dispatch._auto_name("sddmm", "cuda", 64, small) == "hp"
-    assert dispatch._auto_name("spmm", "cpu", 64, large) == "cpu_rows"
-    # column-slab tiles where a slab's piece of a row is long (sampled subgraphs), N >= 64 only
-    sampled, cora = ((8656, 8656), 2_279_634), ((2708, 2708), 10_556)
-    assert dispatch._auto_name("spmm", "cuda", 128, sampled[1], sampled[0]) == "slab"
-    assert dispatch._auto_name("spmm", "cuda", 64, 80_652, (1097, 1097)) == "slab"
-    assert dispatch._auto_name("spmm", "cuda", 32, sampled[1], sampled[0]) == "hp"
-    assert dispatch._auto_name("spmm", "cuda", 128, cora[1], cora[0]) == "hp"
-    assert dispatch._auto_name("spmm", "cuda", 128, 1_818_572, (65536, 65536)) == "hp"  # rmat:16
-    assert dispatch._auto_name("sddmm", "cuda", 128, sampled[1], sampled[0]) == "hp"
+    from numbasparse import dispatch, graphs
+
+    sparse = ns.CSR.from_scipy(graphs.rmat(12, 4))  # short rows spread over the columns
+    dense = ns.CSR.from_scipy(sp.csr_matrix(np.ones((512, 512), np.float32)))  # whole rows in each slab
+    assert dispatch.auto_name("spmm", "cuda", 64, 4, sparse) == "hp"
+    assert dispatch.auto_name("spmm", "cuda", 128, 4, dense) == "slab"  # B rows re-used from L1
+    assert dispatch.auto_name("spmm", "cuda", 32, 4, dense) == "hp"  # N < SLAB_MIN_COLUMNS
+    assert dispatch.auto_name("spmm", "cuda", 128, 2, dense, np.dtype(np.float16)) == "hp"  # 16-bit C
+    assert dispatch.auto_name("sddmm", "cuda", 128, 4, dense) == "hp"
+    assert dispatch.auto_name("spmm", "cpu", 64, 4, dense) == "cpu_rows"
+    assert dispatch.auto_name("spmm", "cuda", 128, 4, None) == "hp"  # no device matrix: no pattern to count
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -4,7 +4,7 @@
 
 For each (graph, N): every valid schedule is timed (``tuner._timer``: CUDA events, median of 5
 after a warm-up); reported are the exhaustive best, the cost model's first choice and the best of
-its top 8 (what ``algorithm="tuned"``, through ``tuner.schedule_for``, times), each in ms and
+its top 8 (``algorithm="tiled"`` times its top ``tuner.TILED_TOP``; ``"tuned"`` those among the other families' candidates), each in ms and
 relative to the exhaustive best, the rank of the exhaustive best in the model's order, the search
 times, and HP-SpMM and cuSPARSE (torch) on the same operands for comparison (cuSPARSE
 sampled_addmm for SDDMM; values of 1 as in the benchmark graphs).
@@ -42,12 +42,12 @@ def main():
         dev = ns.CSR.from_scipy(A, dtype=np.float32)
         lengths = np.diff(dev.to_scipy().indptr)
         for n in (int(x) for x in args.n.split(",")):
-            timer = tuner._timer(dev, n, np.float32, args.op)
+            timer = tuner._timer(dev, args.op, tuner.scratch_operands(dev, args.op, n, np.float32))
             start = time.perf_counter()
             ranked = tuner.rank(lengths, n, device, index_itemsize=dev.index_dtype.itemsize, op=args.op)
             model_s = time.perf_counter() - start
             start = time.perf_counter()
-            ms = [timer(s) for s in ranked]
+            ms = [timer(tuner.Candidate.of("tiled", **asdict(s))) for s in ranked]
             exhaustive_s = time.perf_counter() - start
             best = int(np.argmin(ms))
             top8 = int(np.argmin(ms[:8]))

@@ -518,7 +518,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
 
 # SpMM plan and launch ------------------------------------------------------------------------
 
-HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows single fill_rows unused_scratch")
+HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows single fill_rows unused_scratch depth")
 
 
 def _pattern(A, name, *args):
@@ -571,7 +571,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
     # the filled kernel takes (and never reads) the single launch's scratch argument
     unused = None if single else cuda.device_array(1, np.uint64)
     return HPPlan(kernel, grid, nnz_per_group, _pattern(A, "segment_rows", nnz_per_group), bool(single), fill_rows,
-                  unused)
+                  unused, depth)
 
 
 def _scratch(A, key, plan, n, dtype, stream):
@@ -689,11 +689,18 @@ def sddmm_hp_kernel(vec, group, value_dtype):
     return sddmm_hp
 
 
-def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override, group_override=None):
-    vec = vector_width(k_dim, X.dtype.itemsize, X, Y)
+def sddmm_layout(k_dim, itemsize, X, Y):
+    """(vec, group): lanes read ``vec``-wide vectors, and a nonzero's dot product takes the
+    narrowest group of lanes that covers K with one vector per lane (at most a warp)."""
+    vec = vector_width(k_dim, itemsize, X, Y)
     group = 1
     while group < WARP and group * vec < k_dim:
         group *= 2
+    return vec, group
+
+
+def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override, group_override=None):
+    vec, group = sddmm_layout(k_dim, X.dtype.itemsize, X, Y)
     group = group_override or group
     npw = nnz_per_warp_override or nnz_per_warp(A.nnz, 1)
     grid = cdiv(cdiv(A.nnz, npw), WARPS_PER_BLOCK)

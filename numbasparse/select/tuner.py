@@ -1,13 +1,26 @@
-"""Schedule search for G-Sparse's tiled SpMM and SDDMM (paper 002, section III-D): enumerate the valid
-schedules, rank them with a cost model built from the graph's row lengths and the GPU's
-properties, time the best-ranked ones on the GPU, and keep the winner on disk.
+"""The autotuner of ``algorithm="tuned"``: G-Sparse's schedule search (paper 002, section III-D)
+applied to the whole library.  One schedule space spans the CUDA kernel families; a candidate
+(:class:`Candidate`) is a family and its parameters.  For one call (:func:`candidates`):
 
-The paper's cost model is a neural network trained on measured kernels; this one is analytic
-(no training data needed), which makes its ranking easy to read and to check against an
-exhaustive search (``tune(..., top_k=None)`` times every schedule).
+- the rules' own choice, what ``algorithm="auto"`` runs, always ranked first: the tuned choice
+  is the fastest of a set that holds auto's, so it is never one that timed slower than auto's;
+- HP-SpMM around its rules: DTP's nonzeros per group halved and doubled, the other gather
+  depth, the other launch mode (a 16-bit C allows only the single launch); HP-SDDMM: narrower
+  lane groups per nonzero (each lane loops over K) and DTP halved and doubled;
+- the column-slab SpMM, where it takes the dtype;
+- G-Sparse's 2-D tiled kernels (sum, float32/float64): the TILED_TOP schedules its analytic
+  cost model ranks first (:func:`rank`; the paper's model is a neural network trained on
+  measured kernels, this one needs no training data and is easy to check against an exhaustive
+  search, ``tools/tune_report.py``).
 
-Cache: ``tuned.json`` in numbasparse's cache directory (:mod:`numbasparse.disk`), keyed by GPU
-name, graph signature (a hash of indptr and indices), N and dtype.
+Across families the order is the rules' (their choice, then HP's neighbours by how many
+parameters differ, the slab kernel, the tiled schedules by their model); every candidate is
+timed (CUDA events, median of 5 after a warm-up launch that compiles) unless ``top_k`` says
+fewer, and the fastest is kept: in the matrix's cache, and on disk in ``tuned.json`` in
+numbasparse's cache directory (:mod:`numbasparse.disk`), keyed by op, GPU name, graph signature
+(a hash of indptr and indices), N, dtype and reduction, with every candidate's time (what the
+ranking's quality is measured from).  On the simulator, where timings mean nothing, the first
+candidate is taken.
 """
 import hashlib
 import json
@@ -15,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .. import reductions
 from ..cuda.tiled import Schedule, SddmmSchedule, schedule_space, sddmm_schedule_space
 from ..disk import cache_dir, locked, write_atomic
 
@@ -128,109 +142,221 @@ def cache_path():
     return None if root is None else root / "tuned.json"
 
 
-def cache_key(device_name, signature, n_cols, dtype, op="spmm"):
-    return f"{op}|{device_name}|{signature}|{n_cols}|{np.dtype(dtype).name}"
+def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", families=None):
+    tail = "" if op != "spmm" or reduce == "sum" else f"|{reduce}"
+    scope = "" if families is None else "|" + ",".join(families)
+    return f"{op}|{device_name}|{signature}|{n_cols}|{np.dtype(dtype).name}{tail}{scope}"
 
 
 def load_cached(key):
+    """The candidate stored under ``key``, or None."""
     path = cache_path()
     if path is None:
         return None
     try:
         entry = json.loads(path.read_text()).get(key)
-    except (OSError, ValueError):
+        return Candidate.from_dict(entry["choice"]) if entry else None
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not entry:
-        return None
-    return (Schedule if key.startswith("spmm|") else SddmmSchedule)(**entry["schedule"])
 
 
-def store(key, schedule, record):
+def store(key, candidate, record):
     path = cache_path()
     if path is None:
         return
-    with locked(path):  # (other processes may be storing their schedules)
+    with locked(path):  # (other processes may be storing their choices)
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
             doc = {}
-        doc[key] = dict(record, schedule=asdict(schedule))
+        doc[key] = dict(record, choice=candidate.as_dict())
         write_atomic(path, json.dumps(doc, indent=1).encode())
 
 
-def tune(row_lengths, n_cols, time_schedule, device, *, top_k=8, value_itemsize=4, index_itemsize=4, op="spmm"):
-    """Time the ``top_k`` best-ranked schedules (all of them when ``top_k`` is None) with
-    ``time_schedule(schedule) -> ms``; returns (best schedule, record of what was timed)."""
-    ranked = rank(row_lengths, n_cols, device, value_itemsize, index_itemsize, op)
-    candidates = ranked if top_k is None else ranked[:top_k]
-    timed = [(time_schedule(s), s) for s in candidates]
-    best_ms, best = min(timed, key=lambda t: t[0])
-    record = dict(best_ms=best_ms, timed=len(timed), space=len(ranked),
-                  model_first=asdict(ranked[0]), model_first_ms=timed[0][0])
-    return best, record
+# The whole schedule space ----------------------------------------------------------------------
+
+#: G-Sparse tiled schedules taken into the space: the cost model's first ones.
+TILED_TOP = 3
+FAMILIES = ("hp", "slab", "tiled")
 
 
-def schedule_for(A, n_cols, dtype, op="spmm", *, top_k=8):
-    """G-Sparse schedule for (op, device CSR A, N, dtype): from A's cache, else the on-disk cache,
-    else the autotuner (cost-model ranking, the best ``top_k`` timed on this GPU, the winner
-    stored).  On the simulator, where timings mean nothing, the cost model's first choice."""
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the schedule space: a kernel ``family`` ("hp", "slab" or "tiled") and its
+    parameters as sorted (name, value) pairs; no parameters means the family's own rules."""
+    family: str
+    params: tuple = ()
+
+    @classmethod
+    def of(cls, family, **params):
+        return cls(family, tuple(sorted(params.items())))
+
+    def as_dict(self):
+        return dict(family=self.family, params=dict(self.params))
+
+    @classmethod
+    def from_dict(cls, entry):
+        if entry["family"] not in FAMILIES:
+            raise ValueError(f"unknown family {entry['family']!r}")
+        return cls.of(entry["family"], **entry["params"])
+
+    def __str__(self):
+        return f"{self.family}({', '.join(f'{k}={v}' for k, v in self.params)})"
+
+
+def _tiled(op, params):
+    return Schedule(**params) if op == "spmm" else SddmmSchedule(**params)
+
+
+def run(candidate, op, A, operands, reduce="sum", stream=0):
+    """Launch ``candidate`` on device CSR ``A``: ``operands`` is (B, C) for SpMM, (X, Y, out) for
+    SDDMM (device arrays, 16-bit values as their bits)."""
+    from ..cuda import hp, slab, tiled
+
+    params = dict(candidate.params)
+    if op == "spmm":
+        B, C = operands
+        if candidate.family == "hp":
+            hp.spmm_hp(A, B, C, reduce, stream=stream, **params)
+        elif candidate.family == "slab":
+            slab.spmm_slab(A, B, C, reduce, stream=stream)
+        else:
+            schedule = _tiled(op, params)
+            tiled.spmm_tiled(A, tiled.row_order(A, schedule.balance), B, C, schedule, stream=stream)
+    elif candidate.family == "hp":
+        hp.sddmm_hp(A, *operands, stream=stream, **params)
+    else:
+        tiled.sddmm_tiled(A, *operands, _tiled(op, params), stream=stream)
+
+
+def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMILIES, device=None):
+    """The schedule space for one call, ranked (module docstring): the candidates of
+    ``families`` that take ``dtype`` and ``reduce``, the rules' choice first.  ``operands``:
+    device arrays the plans read the alignment of (default: fresh ones)."""
+    from .. import dispatch
+    from ..cuda import hp
+    from ..dtypes import is_half
+
+    dtype = np.dtype(dtype)
+    operands = operands or scratch_operands(A, op, n_cols, dtype)
+    itemsize = dtype.itemsize
+    ranked = []
+    if op == "spmm":
+        rule = dispatch.auto_name("spmm", "cuda", n_cols, itemsize, A, dtype)
+        if rule in families:
+            ranked.append(Candidate.of(rule))
+        if "hp" in families:
+            B, C = operands
+            plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, B, C, None, None, None, None, None)
+            rule_hp = (plan.nnz_per_group, plan.depth, plan.single)
+            npgs = sorted({plan.nnz_per_group, max(4, plan.nnz_per_group // 2), 2 * plan.nnz_per_group})
+            depths = (plan.depth, 1 if plan.depth > 1 else (2 * hp.GATHER_DEPTH if is_half(dtype) else hp.GATHER_DEPTH))
+            singles = (plan.single,) if is_half(dtype) else (plan.single, not plan.single)
+            around = [(g, d, s) for g in npgs for d in depths for s in singles if (g, d, s) != rule_hp]
+            around.sort(key=lambda p: sum(a != b for a, b in zip(p, rule_hp)))  # nearest the rules first
+            if rule != "hp":
+                ranked.append(Candidate.of("hp"))
+            ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
+        if "slab" in families and rule != "slab" and dtype.name in dispatch.SPMM["slab"].dtypes:
+            ranked.append(Candidate.of("slab"))
+    else:
+        X, Y, _ = operands
+        if "hp" in families:
+            ranked.append(Candidate.of("hp"))
+            _, group = hp.sddmm_layout(n_cols, itemsize, X, Y)
+            npw = hp.nnz_per_warp(A.nnz, 1)
+            groups = [g for g in (group, group // 2, group // 4) if g >= 1]
+            npws = sorted({npw, max(1, npw // 2), 2 * npw})
+            ranked += [Candidate.of("hp", group=g, nnz_per_warp=w) for g in groups for w in npws
+                       if (g, w) != (group, npw)]
+    if "tiled" in families and not is_half(dtype) and (op == "sddmm" or reduce == "sum"):
+        device = device or _device()
+        lengths = np.diff(A.host_indptr)
+        top = rank(lengths, n_cols, device, itemsize, A.index_dtype.itemsize, op)[:TILED_TOP]
+        ranked += [Candidate.of("tiled", **asdict(s)) for s in top]
+    return ranked
+
+
+def _device():
     from ..cuda.device import simulator_enabled
 
-    key = ("tuned", op, n_cols, np.dtype(dtype).name)
-    schedule = A.cache.get("plans", key)
-    if schedule is not None:
-        return schedule
-    lengths = np.diff(A.host_indptr)
-    itemsizes = dict(value_itemsize=np.dtype(dtype).itemsize, index_itemsize=A.index_dtype.itemsize)
-    if simulator_enabled():
-        schedule = rank(lengths, n_cols, Device("simulator", 1), op=op, **itemsizes)[0]
-    else:
-        device = Device.current()
-        signature = A.cache.get_or_build("plans", ("signature",), lambda: graph_signature(A._host))
-        disk_key = cache_key(device.name, signature, n_cols, dtype, op)
-        schedule = load_cached(disk_key)
-        if schedule is None:
-            import time
-
-            start = time.perf_counter()
-            schedule, record = tune(lengths, n_cols, _timer(A, n_cols, dtype, op), device, top_k=top_k, op=op,
-                                    **itemsizes)
-            record["search_s"] = time.perf_counter() - start  # compiles included
-            store(disk_key, schedule, record)
-    return A.cache.put("plans", key, schedule)
+    return Device("simulator", 1) if simulator_enabled() else Device.current()
 
 
-def _timer(A, n_cols, dtype, op="spmm"):
-    """``time(schedule) -> ms``: median of 5 launches between CUDA events on scratch operands,
-    after a warm-up launch (which compiles)."""
+def scratch_operands(A, op, n_cols, dtype, seed=0):
+    """Device operands to time candidates on: random values in ``dtype`` (never all ones), a
+    result array of the storage dtype."""
     from numba import cuda
 
-    from ..cuda import tiled
+    from ..arrays import device_storage
+    from ..dtypes import storage_dtype
+
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+
+    def dense(rows):
+        return cuda.to_device(device_storage(rng.standard_normal((rows, n_cols)).astype(dtype)))
 
     if op == "spmm":
-        B = cuda.to_device(np.ones((A.shape[1], n_cols), dtype))
-        C = cuda.device_array((A.shape[0], n_cols), dtype)
+        return dense(A.shape[1]), cuda.device_array((A.shape[0], n_cols), storage_dtype(dtype))
+    return dense(A.shape[0]), dense(A.shape[1]), cuda.device_array(A.nnz, storage_dtype(dtype))
 
-        def launch(schedule):
-            tiled.spmm_tiled(A, tiled.row_order(A, schedule.balance), B, C, schedule)
-    else:
-        X = cuda.to_device(np.ones((A.shape[0], n_cols), dtype))
-        Y = cuda.to_device(np.ones((A.shape[1], n_cols), dtype))
-        out = cuda.device_array(A.nnz, dtype)
 
-        def launch(schedule):
-            tiled.sddmm_tiled(A, X, Y, out, schedule)
+def tune(ranked, time_candidate, top_k=None):
+    """Time the first ``top_k`` of ``ranked`` (all when None) with ``time_candidate(c) -> ms``;
+    returns (the fastest, a record of what was timed)."""
+    timed = [(time_candidate(c), c) for c in (ranked if top_k is None else ranked[:top_k])]
+    best_ms, best = min(timed, key=lambda t: t[0])
+    return best, dict(best_ms=best_ms, rules_ms=timed[0][0], timed=len(timed),
+                      times={str(c): ms for ms, c in timed})
 
-    def time_schedule(schedule, repeat=5):
-        launch(schedule)
+
+def choose(A, op, n_cols, dtype, reduce="sum", *, families=FAMILIES, top_k=None):
+    """The candidate ``algorithm="tuned"`` runs for (op, device CSR A, N, dtype, reduce): from A's
+    cache, else the on-disk cache, else timed now (every ranked candidate, or the first
+    ``top_k``) and stored.  ``families`` narrows the space (``algorithm="tiled"``: G-Sparse's)."""
+    from ..cuda.device import simulator_enabled
+
+    dtype = np.dtype(dtype)
+    families = tuple(families)
+    key = ("tuned", op, reduce, n_cols, dtype.name, families)
+    choice = A.cache.get("plans", key)
+    if choice is not None:
+        return choice
+    if simulator_enabled():
+        return A.cache.put("plans", key, candidates(A, op, n_cols, dtype, reduce, families=families)[0])
+    device = _device()
+    signature = A.cache.get_or_build("plans", ("signature",), lambda: graph_signature(A._host))
+    disk_key = cache_key(device.name, signature, n_cols, dtype, op, reduce,
+                         None if families == FAMILIES else families)
+    choice = load_cached(disk_key)
+    if choice is None:
+        import time
+
+        start = time.perf_counter()
+        operands = scratch_operands(A, op, n_cols, dtype)
+        ranked = candidates(A, op, n_cols, dtype, reduce, operands, families, device)
+        choice, record = tune(ranked, _timer(A, op, operands, reduce), top_k)
+        record["search_s"] = time.perf_counter() - start  # compiles included
+        store(disk_key, choice, record)
+    return A.cache.put("plans", key, choice)
+
+
+def _timer(A, op, operands, reduce="sum"):
+    """``time(candidate) -> ms``: median of 5 launches between CUDA events on ``operands``, after
+    a warm-up launch (which compiles)."""
+    from numba import cuda
+
+    def time_candidate(candidate, repeat=5):
+        run(candidate, op, A, operands, reduce)
         cuda.synchronize()
         times = []
         for _ in range(repeat):
             start, stop = cuda.event(), cuda.event()
             start.record()
-            launch(schedule)
+            run(candidate, op, A, operands, reduce)
             stop.record()
             stop.synchronize()
             times.append(cuda.event_elapsed_time(start, stop))
         return float(np.median(times))
-    return time_schedule
+    return time_candidate

@@ -1,9 +1,15 @@
-"""The G-Sparse schedule search: cost model, ranking, timing loop and the on-disk cache."""
+"""The autotuner: the schedule space over every kernel family, G-Sparse's cost model for the tiled
+family, the timing loop, and the in-memory and on-disk caches."""
+import dataclasses
+import json
+
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 from numbasparse.cuda.tiled import Schedule
 from numbasparse.select import tuner
+from strategies import assert_close
 
 H100 = tuner.Device("H100", 132)
 
@@ -24,26 +30,29 @@ def test_cost_grows_with_work_and_balance_helps_a_skewed_block():
 
 
 def test_tune_times_the_top_k_and_keeps_the_fastest():
-    lengths = np.full(500, 10)
-    fake_ms = {s: 1.0 + i for i, s in enumerate(tuner.rank(lengths, 32, H100))}
+    ranked = [tuner.Candidate.of("hp", nnz_per_group=g) for g in (4, 8, 16, 32, 64, 128)]
     timed = []
 
-    def time_schedule(s):
-        timed.append(s)
-        return fake_ms[s] if len(timed) != 3 else 0.5  # the third candidate is fastest
+    def time_candidate(c):
+        timed.append(c)
+        return 0.5 if len(timed) == 3 else 1.0 + len(timed)  # the third candidate is fastest
 
-    best, record = tuner.tune(lengths, 32, time_schedule, H100, top_k=5)
+    best, record = tuner.tune(ranked, time_candidate, top_k=5)
     assert len(timed) == 5 and best == timed[2] and record["best_ms"] == 0.5 and record["timed"] == 5
+    assert record["rules_ms"] == 2.0 and record["times"][str(ranked[2])] == 0.5
+    assert tuner.tune(ranked, lambda c: 1.0)[1]["timed"] == 6  # top_k=None: all of them
 
 
 def test_cache_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path))
     key = tuner.cache_key("H100", "abc", 64, np.float32)
     assert tuner.load_cached(key) is None
-    schedule = Schedule(4, 32, 2, 64, True)
-    tuner.store(key, schedule, {"best_ms": 1.0})
-    tuner.store(tuner.cache_key("H100", "abc", 128, np.float32), Schedule(1, 32, 4, 32, False), {})
-    assert tuner.load_cached(key) == schedule
+    choice = tuner.Candidate.of("tiled", m_tile=4, n_tile=32, reg_tile=2, nnz_tile=64, balance=True)
+    tuner.store(key, choice, {"best_ms": 1.0})
+    tuner.store(tuner.cache_key("H100", "abc", 128, np.float32), tuner.Candidate.of("slab"), {})
+    assert tuner.load_cached(key) == choice
+    assert tuner.cache_key("H100", "abc", 64, np.float32, reduce="max") != key  # per reduction
+    assert tuner.cache_key("H100", "abc", 64, np.float32, families=("tiled",)) != key  # per scope
 
 
 def test_graph_signature_follows_structure_not_values():
@@ -54,42 +63,112 @@ def test_graph_signature_follows_structure_not_values():
     assert tuner.graph_signature(A) == tuner.graph_signature(B) != tuner.graph_signature(C)
 
 
-def test_sddmm_schedules_rank_and_cache(tmp_path, monkeypatch):
+def test_sddmm_schedules_rank():
     from numbasparse.cuda.tiled import SddmmSchedule
 
     ranked = tuner.rank(np.full(100, 12), 8, H100, op="sddmm")
     assert ranked and all(isinstance(s, SddmmSchedule) and s.valid() for s in ranked)
     # K = 8: lanes past K would idle, so small groups rank above a full warp per entry
     assert ranked[0].group < 32
-    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path))
-    key = tuner.cache_key("H100", "abc", 8, np.float32, op="sddmm")
-    tuner.store(key, ranked[0], {})
-    assert tuner.load_cached(key) == ranked[0]
 
 
-def test_schedule_is_tuned_once_then_taken_from_memory_and_disk(tmp_path, monkeypatch):
-    """The GPU path of algorithm="tuned", with the timing faked: tune on the first call,
-    remember the schedule in the CSR's cache, and find it on disk for a new CSR of the graph."""
+def _graph(seed=0):
     from numbasparse import CSR
+
+    A = sp.random(24, 20, density=0.15, format="csr", random_state=seed, dtype=np.float32)
+    A = sp.csr_matrix(A.multiply(np.arange(24)[:, None] != 3))  # row 3 empty
+    return A, CSR.from_scipy(A)
+
+
+def test_the_rules_choice_is_ranked_first_so_tuned_never_takes_a_slower_one():
+    from numbasparse import CSR, dispatch
+
+    _, dev = _graph()
+    for reduce in ("sum", "max"):
+        ranked = tuner.candidates(dev, "spmm", 40, np.float32, reduce, device=H100)
+        assert ranked[0] == tuner.Candidate.of(dispatch.resolve("spmm", "auto", "cuda", True, 40, reduce, 4, dev).name)
+        assert len(set(ranked)) == len(ranked)
+    dense = CSR.from_scipy(sp.csr_matrix(np.ones((256, 256), np.float32)))  # auto runs the slab kernel
+    ranked = tuner.candidates(dense, "spmm", 128, np.float32, device=H100)
+    assert ranked[0] == tuner.Candidate.of("slab") and tuner.Candidate.of("hp") in ranked
+    assert tuner.candidates(dev, "sddmm", 64, np.float32, device=H100)[0] == tuner.Candidate.of("hp")
+
+
+def test_the_space_holds_only_kernels_that_take_the_dtype_and_reduction():
+    _, dev = _graph()
+    families = lambda ranked: {c.family for c in ranked}  # noqa: E731
+    assert families(tuner.candidates(dev, "spmm", 40, np.float32, "sum", device=H100)) == {"hp", "slab", "tiled"}
+    assert families(tuner.candidates(dev, "spmm", 40, np.float32, "max", device=H100)) == {"hp", "slab"}
+    half = tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100)
+    assert families(half) == {"hp"} and all(dict(c.params).get("single", True) for c in half)  # 16-bit C: one launch
+    assert families(tuner.candidates(dev, "spmm", 40, np.float32, families=("tiled",), device=H100)) == {"tiled"}
+    sddmm = tuner.candidates(dev, "sddmm", 128, np.float32, device=H100)
+    assert {dict(c.params).get("group") for c in sddmm if c.family == "hp"} >= {8, 16}  # narrower groups at K=128
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_every_candidate_computes_the_product(op, monkeypatch):
+    from numba import cuda
+
+    from numbasparse.cuda import slab
+    from numbasparse.reference import sddmm_reference, spmm_reference
+
+    monkeypatch.setattr(slab, "DEFAULT", dataclasses.replace(slab.DEFAULT, warps=2))  # (simulated threads)
+    A, dev = _graph(1)
+    rng = np.random.default_rng(2)
+    n = 40 if op == "spmm" else 64
+    if op == "spmm":
+        B = rng.standard_normal((20, n)).astype(np.float32)
+        expected, operands = spmm_reference(A, B), (cuda.to_device(B), None)
+    else:
+        X, Y = rng.standard_normal((24, n)).astype(np.float32), rng.standard_normal((20, n)).astype(np.float32)
+        expected, operands = sddmm_reference(A, X, Y), (cuda.to_device(X), cuda.to_device(Y), None)
+    ranked = tuner.candidates(dev, op, n, np.float32, device=H100)
+    for candidate in ranked:
+        out = cuda.to_device(np.full(expected.shape, np.nan, np.float32))  # poisoned
+        tuner.run(candidate, op, dev, operands[:-1] + (out,))
+        assert_close(out.copy_to_host(), expected, np.float32)
+
+
+def test_tuned_runs_every_reduction_and_tiled_only_sums():
+    import numbasparse as ns
+    from numbasparse.reference import spmm_reference
+
+    A, dev = _graph(3)
+    B = np.random.default_rng(4).standard_normal((20, 8)).astype(np.float32)
+    for reduce in ("sum", "max"):
+        assert_close(ns.spmm(dev, B, reduce=reduce, algorithm="tuned"), spmm_reference(A, B, reduce), np.float32)
+    with pytest.raises(ValueError, match="'tiled' supports reduce in"):
+        ns.spmm(dev, B, reduce="max", algorithm="tiled")
+
+
+def test_a_choice_is_timed_once_then_taken_from_memory_and_disk(tmp_path, monkeypatch):
+    """The GPU path of algorithm="tuned", with the timing faked: time every candidate on the
+    first call, keep the fastest in the CSR's cache, and find it on disk for a new CSR of the
+    graph."""
     from numbasparse.cuda import device
 
     monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path))
-    A = sp.random(40, 30, density=0.2, format="csr", random_state=0, dtype=np.float32)
-    first_csr, dev = CSR.from_scipy(A), CSR.from_scipy(A)  # (made on the simulator, before it is hidden)
+    _, first_csr = _graph()
+    _, dev = _graph()  # (made on the simulator, before it is hidden)
     monkeypatch.setattr(device, "simulator_enabled", lambda: False)
     monkeypatch.setattr(tuner.Device, "current", classmethod(lambda cls: H100))
     calls = []
 
-    def fake_timer(A, n_cols, dtype, op="spmm"):
-        return lambda schedule: calls.append(schedule) or float(len(calls) % 3)
+    def fake_timer(A, op, operands, reduce="sum"):
+        timed = []  # the third candidate of each search "takes" 0 ms
+        return lambda candidate: calls.append(candidate) or timed.append(candidate) or float(len(timed) % 3)
 
     monkeypatch.setattr(tuner, "_timer", fake_timer)
-    first = tuner.schedule_for(first_csr, 16, np.float32)
-    assert len(calls) == 8 and first == calls[2]  # the third timed schedule "took" 0 ms
-    assert tuner.schedule_for(dev, 16, np.float32) == first and len(calls) == 8  # from disk
-    assert tuner.schedule_for(dev, 16, np.float32) == first  # from the CSR's memory
-    sddmm = tuner.schedule_for(dev, 16, np.float32, "sddmm")
-    assert len(calls) == 16 and sddmm == calls[8]  # its first 0 ms: call 9
+    spmm_space = len(tuner.candidates(first_csr, "spmm", 16, np.float32, device=H100))
+    first = tuner.choose(first_csr, "spmm", 16, np.float32)
+    assert len(calls) == spmm_space and first == calls[2]
+    assert tuner.choose(dev, "spmm", 16, np.float32) == first and len(calls) == spmm_space  # from disk
+    assert tuner.choose(dev, "spmm", 16, np.float32) == first  # from the CSR's memory
+    sddmm = tuner.choose(dev, "sddmm", 16, np.float32)
+    assert sddmm == calls[spmm_space + 2]
+    record = json.loads(tuner.cache_path().read_text())
+    assert all(len(entry["times"]) == entry["timed"] for entry in record.values())
 
 
 def _store_many(directory, first, count, go):
@@ -98,7 +177,7 @@ def _store_many(directory, first, count, go):
     os.environ["NUMBASPARSE_CACHE"] = directory
     go.wait()  # all writers start together
     for i in range(first, first + count):
-        tuner.store(tuner.cache_key("H100", f"g{i}", 64, np.float32), Schedule(1, 32, 1, 32, False), {"i": i})
+        tuner.store(tuner.cache_key("H100", f"g{i}", 64, np.float32), tuner.Candidate.of("hp"), {"i": i})
 
 
 def test_processes_storing_schedules_at_once_keep_every_entry(tmp_path, monkeypatch):
