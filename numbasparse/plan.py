@@ -8,83 +8,58 @@ from . import api, arrays, dispatch
 from .cuda.device import gpu_present
 from .csr import CSR, canonical_csr
 
-REORDERINGS = (None, "louvain", "loa", "rcm", "degree")
+REORDERINGS = (None, "auto", "louvain", "loa", "rcm", "degree")
 
 
-class Plan:
-    """A graph ready for repeated products (see :func:`prepare`).
+def _permutation(host, reorder, reorder_args):
+    """``perm[new] = old`` for ``reorder`` (a fixed method) of canonical scipy CSR ``host``."""
+    if reorder == "louvain":
+        from .reorder import cluster_order
 
-    ``perm[new] = old`` is the node order the kernels see; inputs are permuted on the way in
-    and results back on the way out, so callers never see it.  ``preprocess_seconds`` is the
-    whole preparation time, ``reorder_seconds`` the part spent computing the permutation.
-    """
+        return cluster_order(host, **reorder_args)
+    if reorder == "loa":
+        from .reorder import loa
 
-    def __init__(self, A, reorder, algorithm, backend, dtype, index_dtype, reorder_args):
-        start = time.perf_counter()
-        if reorder not in REORDERINGS:
-            raise ValueError(f"reorder must be one of {REORDERINGS}, got {reorder!r}")
-        host = canonical_csr(A, dtype=dtype, index_dtype=index_dtype)
-        if reorder is not None and host.shape[0] != host.shape[1]:
-            raise ValueError(f"reorder needs a square graph, A is {host.shape[0]}x{host.shape[1]}")
-        if backend not in dispatch.BACKENDS:
-            raise ValueError(f"backend must be one of {dispatch.BACKENDS}, got {backend!r}")
-        if backend == "auto":
-            backend = "cuda" if gpu_present() else "cpu"
-        self.shape, self.nnz, self.backend, self.algorithm = host.shape, host.nnz, backend, algorithm
-        self.reorder = reorder
-        t0 = time.perf_counter()
-        if reorder == "louvain":
-            from .reorder import cluster_order
+        return loa(host, **reorder_args)
+    from .reorder import degree_order, rcm_order
 
-            perm = cluster_order(host, **reorder_args)
-        elif reorder == "loa":
-            from .reorder import loa
+    if reorder_args:
+        raise TypeError(f"reorder={reorder!r} takes no arguments, got {sorted(reorder_args)}")
+    return (rcm_order if reorder == "rcm" else degree_order)(host)
 
-            perm = loa(host, **reorder_args)
-        elif reorder in ("rcm", "degree"):
-            from .reorder import degree_order, rcm_order
 
-            if reorder_args:
-                raise TypeError(f"reorder={reorder!r} takes no arguments, got {sorted(reorder_args)}")
-            perm = (rcm_order if reorder == "rcm" else degree_order)(host)
-        else:
-            perm = None
-        self.reorder_seconds = time.perf_counter() - t0
+class _Ordered:
+    """The graph in one node order: the matrix the kernels see (device CSR or host scipy), and
+    the index maps between that order and the caller's (``perm`` None: the caller's own)."""
+
+    def __init__(self, host, perm, backend, dtype):
         self.perm = perm
-        if perm is None:
-            self._host = host
-            self._entry_order = None
-        else:
+        if perm is not None:
             self.inverse = np.empty_like(perm)
             self.inverse[perm] = np.arange(perm.size)
-            # Entry p of the permuted CSR is entry _entry_order[p] of the canonical one.
+            # Entry p of the permuted CSR is entry entry_order[p] of the canonical one.
             numbered = sp.csr_matrix((np.arange(host.nnz, dtype=np.float64), host.indices, host.indptr),
                                      shape=host.shape)
             numbered = numbered[perm][:, perm].tocsr()
             numbered.sort_indices()
-            self._entry_order = numbered.data.astype(np.int64)
-            self._entry_inverse = np.argsort(self._entry_order).astype(np.int64)
-            self._host = sp.csr_matrix((host.data[self._entry_order], numbered.indices.astype(host.indices.dtype),
-                                        numbered.indptr.astype(host.indptr.dtype)), shape=host.shape)
-            self._canonical = host
-        self.A = CSR(self._host, dtype=dtype) if backend == "cuda" else self._host
-        self.preprocess_seconds = time.perf_counter() - start
-
-    def __repr__(self):
-        return (f"<numbasparse.Plan {self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, reorder={self.reorder}, "
-                f"backend={self.backend}, preprocess {self.preprocess_seconds * 1e3:.1f} ms>")
+            self.entry_order = numbered.data.astype(np.int64)
+            self.entry_inverse = np.argsort(self.entry_order).astype(np.int64)
+            self.canonical = host
+            host = sp.csr_matrix((host.data[self.entry_order], numbered.indices.astype(host.indices.dtype),
+                                  numbered.indptr.astype(host.indptr.dtype)), shape=host.shape)
+        self.A = CSR(host, dtype=dtype) if backend == "cuda" else host
 
     def _index(self, name, op):
         """The permutation as an array where ``op`` lives (on the device: uploaded once, kept in
         the device matrix's cache)."""
-        values = {"perm": self.perm, "inverse": self.inverse, "entries": self._entry_inverse}[name]
+        values = {"perm": self.perm, "inverse": self.inverse, "entries": self.entry_inverse}[name]
         if not op.on_device:
             return values
         from numba import cuda
 
         return self.A.cache.get_or_build("plans", ("plan_index", name), lambda: cuda.to_device(values))
 
-    def _gather(self, op, name, shape):
+    def gather(self, op, name, shape):
         """Rows of ``op`` taken in the order of index ``name`` (a new array of op's kind)."""
         index = self._index(name, op)
         if not op.on_device:
@@ -95,38 +70,99 @@ class Plan:
         gather(op.array, index, view, stream=arrays.stream_of(op))
         return result
 
+
+class Plan:
+    """A graph ready for repeated products (see :func:`prepare`).
+
+    ``perm[new] = old`` is the node order the kernels see (None: the caller's); inputs are
+    permuted on the way in and results back on the way out, so callers never see it.
+    ``preprocess_seconds`` is the whole preparation time, ``reorder_seconds`` the part spent
+    computing permutations.  With ``reorder="auto"``, ``decisions`` maps each width N called so
+    far to the record of :func:`numbasparse.reorder.locality.choose_order` (the method taken, or
+    None, and why), and ``perm`` is the order taken last.
+    """
+
+    def __init__(self, A, reorder, algorithm, backend, dtype, index_dtype, reorder_args):
+        start = time.perf_counter()
+        if reorder not in REORDERINGS:
+            raise ValueError(f"reorder must be one of {REORDERINGS}, got {reorder!r}")
+        if reorder == "auto" and reorder_args:
+            raise TypeError(f"reorder='auto' takes no arguments, got {sorted(reorder_args)}")
+        host = canonical_csr(A, dtype=dtype, index_dtype=index_dtype)
+        if reorder is not None and host.shape[0] != host.shape[1]:
+            raise ValueError(f"reorder needs a square graph, A is {host.shape[0]}x{host.shape[1]}")
+        if backend not in dispatch.BACKENDS:
+            raise ValueError(f"backend must be one of {dispatch.BACKENDS}, got {backend!r}")
+        if backend == "auto":
+            backend = "cuda" if gpu_present() else "cpu"
+        self.shape, self.nnz, self.backend, self.algorithm = host.shape, host.nnz, backend, algorithm
+        self.reorder, self.decisions, self._host, self._dtype = reorder, {}, host, dtype
+        t0 = time.perf_counter()
+        perm = _permutation(host, reorder, reorder_args) if reorder not in (None, "auto") else None
+        self.reorder_seconds = time.perf_counter() - t0
+        self._orders = {None: _Ordered(host, perm, backend, dtype)}  # "auto" adds the orders it takes
+        self._fixed = self._orders[None]
+        self.perm = perm
+        self.A = self._fixed.A
+        self.preprocess_seconds = time.perf_counter() - start
+
+    def __repr__(self):
+        return (f"<numbasparse.Plan {self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, reorder={self.reorder}, "
+                f"backend={self.backend}, preprocess {self.preprocess_seconds * 1e3:.1f} ms>")
+
+    def _order_for(self, n_cols, itemsize):
+        """The order the kernels use for width ``n_cols``: the fixed one, or ``auto``'s decision
+        (made once per width; on the GPU only, where the mechanism was measured)."""
+        if self.reorder != "auto" or self.backend != "cuda" or self.nnz == 0:
+            return self._fixed
+        if n_cols not in self.decisions:
+            from .cuda.device import memory_system
+            from .reorder.locality import choose_order
+
+            l2_bytes, bandwidth = memory_system()
+            method, perm, record = choose_order(self._host, n_cols, itemsize, l2_bytes, bandwidth)
+            self.decisions[n_cols] = dict(record, method=method)
+            self.reorder_seconds += sum(v["seconds"] for v in record.values() if isinstance(v, dict))
+            if method is not None and method not in self._orders:
+                self._orders[method] = _Ordered(self._host, perm, self.backend, self._dtype)
+        order = self._orders[self.decisions[n_cols]["method"]]
+        self.perm = order.perm
+        return order
+
     def spmm(self, B, *, reduce="sum", out=None):
         """``spmm(A, B)`` in the caller's node order."""
-        if self.perm is None:
-            return api.spmm(self.A, B, reduce=reduce, algorithm=self.algorithm, backend=self.backend, out=out)
+        b = arrays.dense(B, "B", 2)
+        order = self._order_for(b.shape[1], b.dtype.itemsize)
+        if order.perm is None:
+            return api.spmm(order.A, B, reduce=reduce, algorithm=self.algorithm, backend=self.backend, out=out)
         if out is not None:
             raise ValueError("out is not supported on a reordered plan")
-        b = arrays.dense(B, "B", 2)
         if b.shape[0] != self.shape[1]:
             raise ValueError(f"A has {self.shape[1]} columns but B has {b.shape[0]} rows")
-        C = api.spmm(self.A, self._gather(b, "perm", b.shape), reduce=reduce, algorithm=self.algorithm,
+        C = api.spmm(order.A, order.gather(b, "perm", b.shape), reduce=reduce, algorithm=self.algorithm,
                      backend=self.backend)
         c = arrays.dense(C, "C", 2)
-        return self._gather(c, "inverse", c.shape)
+        return order.gather(c, "inverse", c.shape)
 
     def sddmm(self, X, Y):
         """``sddmm(A, X, Y)`` in the caller's node order (values in A's canonical order)."""
-        if self.perm is None:
-            return api.sddmm(self.A, X, Y, algorithm=self.algorithm, backend=self.backend)
         x, y = arrays.dense(X, "X", 2), arrays.dense(Y, "Y", 2)
+        order = self._order_for(y.shape[1], y.dtype.itemsize)
+        if order.perm is None:
+            return api.sddmm(order.A, X, Y, algorithm=self.algorithm, backend=self.backend)
         arrays.same_place(x, y)
         if x.shape[0] != self.shape[0] or y.shape[0] != self.shape[1]:
             raise ValueError(f"A is {self.shape[0]}x{self.shape[1]}, so X must have {self.shape[0]} rows "
                              f"and Y {self.shape[1]}; got X {x.shape}, Y {y.shape}")
-        values = api.sddmm(self.A, self._gather(x, "perm", x.shape), self._gather(y, "perm", y.shape),
+        values = api.sddmm(order.A, order.gather(x, "perm", x.shape), order.gather(y, "perm", y.shape),
                            algorithm=self.algorithm, backend=self.backend)
         if sp.issparse(values):
             ordered = np.empty_like(values.data)
-            ordered[self._entry_order] = values.data
-            host = self._canonical
+            ordered[order.entry_order] = values.data
+            host = order.canonical
             return sp.csr_matrix((ordered, host.indices.copy(), host.indptr.copy()), shape=host.shape)
         v = arrays.dense(values, "values", 1)
-        return self._gather(v, "entries", v.shape)
+        return order.gather(v, "entries", v.shape)
 
 
 def prepare(A, *, reorder=None, algorithm="auto", backend="auto", dtype=None, index_dtype=None, **reorder_args):
@@ -136,5 +172,10 @@ def prepare(A, *, reorder=None, algorithm="auto", backend="auto", dtype=None, in
         "loa" (HC-SpMM's layout reorganization, :func:`reorder.loa`), "rcm" or "degree" (cheap
         locality orders: :func:`reorder.rcm_order`, :func:`reorder.degree_order`); extra keyword
         arguments go to louvain/loa (``seed``, ``resolution``, ``window``, ``vertex_window``).
+        "auto": on the GPU, per width N at its first call, the cheap order whose predicted saving
+        of DRAM traffic (B rows fetched again once B outgrows L2) net of the per-call
+        permutations wins back its computing time within ``reorder.locality.PAYBACK_CALLS``
+        calls, else the graph's own order (:func:`numbasparse.reorder.locality.choose_order`;
+        ``plan.decisions`` records each decision and why).
     """
     return Plan(A, reorder, algorithm, backend, dtype, index_dtype, reorder_args)

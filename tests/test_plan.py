@@ -51,3 +51,36 @@ def test_prepare_refuses_bad_arguments(graph):
         ns.prepare(graph, reorder="metis")
     with pytest.raises(ValueError, match="square"):
         ns.prepare(sp.random(4, 5, format="csr"), reorder="loa")
+
+
+def test_auto_reorders_per_width_where_the_model_says_it_pays(monkeypatch):
+    """A shuffled band graph on a (faked) GPU of 4 KiB of L2 and slow memory: at N = 8 B's 32-byte
+    rows outgrow L2 and a locality order pays back at once; at N = 1 B fits.  Results stay in the
+    caller's order either way."""
+    from numbasparse.cuda import device
+
+    monkeypatch.setattr(device, "memory_system", lambda: (4096, 1e6))
+    offsets = [k for k in range(-4, 5) if k]
+    band = sp.diags([np.ones(400 - abs(k), np.float32) for k in offsets], offsets, format="csr")
+    A = graphs.shuffled(band)
+    A.data = np.random.default_rng(0).uniform(0.5, 1.5, A.nnz).astype(np.float32)
+    plan = ns.prepare(A, reorder="auto", backend="cuda", algorithm="hp")
+    rng = np.random.default_rng(1)
+    for n in (8, 1):
+        B = rng.standard_normal((400, n)).astype(np.float32)
+        assert_close(plan.spmm(cuda.to_device(B)).copy_to_host(), spmm_reference(A, B), np.float32)
+    assert plan.decisions[8]["method"] in ("rcm", "degree") and plan.decisions[1]["method"] is None
+    assert plan.perm is None  # the order taken last (N = 1)
+    X = rng.standard_normal((400, 8)).astype(np.float32)
+    values = plan.sddmm(cuda.to_device(X), cuda.to_device(X)).copy_to_host()
+    assert_close(values, sddmm_reference(A, X, X), np.float32)
+    assert plan.perm is not None and plan.reorder_seconds > 0
+
+
+def test_auto_keeps_the_order_on_the_cpu_backend(graph):
+    plan = ns.prepare(graph, reorder="auto", backend="cpu")
+    B = np.random.default_rng().standard_normal((300, 4)).astype(np.float32)
+    assert_close(plan.spmm(B), spmm_reference(graph, B), np.float32)
+    assert plan.perm is None and plan.decisions == {}
+    with pytest.raises(TypeError, match="reorder='auto' takes no arguments"):
+        ns.prepare(graph, reorder="auto", seed=1)

@@ -1,0 +1,106 @@
+"""Whether reordering a graph's nodes pays for SpMM on a GPU (``prepare(reorder="auto")``).
+
+The mechanism, measured on the H100 (BENCHMARKS.md, "Reordering"): node order changes SpMM's
+speed only through the rows of B it gathers from DRAM.  While B fits in L2 every row is fetched
+once whatever the order; once B outgrows L2, a row is fetched again whenever the rows that use it
+are processed too far apart for L2 to keep it.  The kernels sweep A's rows in order, so the
+fetches follow from the pattern and the row order alone (:func:`predicted_fetches`): L2 is taken
+as a least-recently-used store of as many B rows as it holds, so a use of a column fetches its row
+again when as many other columns were used since its last use (hub columns stay; columns shared
+only by rows far apart are fetched again).  A reordering saves the fetches it removes, but a plan that hides it from the caller
+permutes B in and C out on every call (reads and writes of both), and computing it takes time:
+it pays when the bytes saved per call exceed the permutations' and the time to compute it is
+won back within ``payback_calls`` calls (:func:`choose_order`).
+"""
+import time
+
+import numpy as np
+from numba import njit
+
+from .order import degree_order, rcm_order
+
+#: Calls within which a reordering's computing time must be won back for ``auto`` to take it.
+PAYBACK_CALLS = 100
+#: The cheap orders ``auto`` weighs against the natural one (Louvain and LOA take seconds on
+#: large graphs and are opt-in).
+CANDIDATES = (("rcm", rcm_order), ("degree", degree_order))
+#: Bytes of one DRAM fetch (a sector).
+SECTOR = 32
+
+
+@njit(cache=True)
+def _fetches(indptr, indices, rows, n_cols, held):
+    # Least-recently-used L2 of ``held`` B rows: an access misses when ``held`` or more distinct
+    # columns were used since the column's last use (its reuse distance), counted with a Fenwick
+    # tree over positions in the sweep that marks each column's latest use.
+    nnz = indptr[-1]
+    tree = np.zeros(nnz + 1, np.int64)
+    last = np.full(n_cols, -1, np.int64)
+    fetches = 0
+    t = 0
+    for r in rows:
+        for q in range(indptr[r], indptr[r + 1]):
+            c = indices[q]
+            before = last[c]
+            if before < 0:
+                fetches += 1
+            else:
+                distinct = 0  # marks in (before, t): prefix(t) - prefix(before + 1)
+                i = t
+                while i > 0:
+                    distinct += tree[i]
+                    i -= i & -i
+                i = before + 1
+                while i > 0:
+                    distinct -= tree[i]
+                    i -= i & -i
+                if distinct >= held:
+                    fetches += 1
+                i = before + 1  # unmark the older use
+                while i <= nnz:
+                    tree[i] -= 1
+                    i += i & -i
+            i = t + 1
+            while i <= nnz:
+                tree[i] += 1
+                i += i & -i
+            last[c] = t
+            t += 1
+    return fetches
+
+
+def predicted_fetches(A, rows, held):
+    """B rows fetched from DRAM when the rows of scipy CSR ``A`` are swept in the order ``rows``
+    through an L2 that keeps the ``held`` B rows used last (module docstring)."""
+    return int(_fetches(A.indptr.astype(np.int64), A.indices, np.asarray(rows, np.int64), A.shape[1],
+                        max(1, int(held))))
+
+
+def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK_CALLS, candidates=CANDIDATES):
+    """(method, perm, record): the order that pays for SpMM of square scipy CSR ``A`` with
+    ``n_cols`` columns of ``itemsize`` bytes on a GPU of ``l2_bytes`` of L2 and ``bandwidth``
+    bytes/s of DRAM, or (None, None, record) to keep A's own order.  ``record`` says why: B's and
+    L2's bytes, the predicted fetches of each order, the bytes a call would save net of the
+    permutations, the seconds each order took to compute and the calls to win them back."""
+    n_rows, k = A.shape
+    row_bytes = -(-n_cols * itemsize // SECTOR) * SECTOR
+    record = dict(n_cols=n_cols, b_bytes=k * n_cols * itemsize, l2_bytes=l2_bytes)
+    if A.nnz == 0 or record["b_bytes"] <= l2_bytes // 2:
+        return None, None, dict(record, why="B fits in L2: every order fetches each row once")
+    held = l2_bytes // row_bytes
+    record["natural_fetches"] = natural = predicted_fetches(A, np.arange(n_rows), held)
+    permute_bytes = 2 * (k + n_rows) * n_cols * itemsize  # B gathered in, C gathered out: read + write
+    best = (None, None)
+    for method, order in candidates:
+        start = time.perf_counter()
+        perm = order(A)
+        seconds = time.perf_counter() - start
+        fetches = predicted_fetches(A, perm, held)
+        saved = (natural - fetches) * row_bytes - permute_bytes  # bytes per call
+        calls = seconds * bandwidth / saved if saved > 0 else float("inf")
+        record[method] = dict(fetches=fetches, saved_bytes_per_call=saved, seconds=seconds, payback_calls=calls)
+        if calls <= payback_calls and (best[0] is None or calls < record[best[0]]["payback_calls"]):
+            best = (method, perm)
+    record["why"] = (f"{best[0]} pays back within {payback_calls} calls" if best[0] else
+                     f"no order pays back within {payback_calls} calls")
+    return best[0], best[1], record

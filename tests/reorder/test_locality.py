@@ -1,0 +1,59 @@
+"""reorder="auto"'s model: B rows fetched through an LRU L2, and the payback rule."""
+from collections import OrderedDict
+
+import numpy as np
+import scipy.sparse as sp
+
+from numbasparse import graphs
+from numbasparse.reorder import locality
+
+
+def band_graph(n, width):
+    """Each node linked to the ``width`` nodes on either side: perfect locality in its own order."""
+    offsets = [k for k in range(-width, width + 1) if k]
+    return sp.diags([np.ones(n - abs(k), np.float32) for k in offsets], offsets, format="csr")
+
+
+def lru_fetches(A, rows, held):
+    cache, fetches = OrderedDict(), 0
+    for r in rows:
+        for c in A.indices[A.indptr[r]:A.indptr[r + 1]]:
+            if c in cache:
+                cache.move_to_end(c)
+            else:
+                fetches += 1
+                cache[c] = True
+                if len(cache) > held:
+                    cache.popitem(last=False)
+    return fetches
+
+
+def test_predicted_fetches_are_an_lru_caches_misses():
+    A = sp.random(80, 60, density=0.1, format="csr", random_state=0)
+    rows = np.random.default_rng(1).permutation(80)
+    for held in (1, 2, 7, 30, 60):
+        assert locality.predicted_fetches(A, rows, held) == lru_fetches(A, rows, held)
+
+
+def test_b_within_l2_keeps_the_order():
+    A = graphs.shuffled(band_graph(3000, 10))
+    method, perm, record = locality.choose_order(A, 8, 4, l2_bytes=1 << 20, bandwidth=1e9)
+    assert method is None and perm is None and "fits in L2" in record["why"]
+
+
+def test_an_order_is_taken_where_it_pays_back_and_only_there():
+    band = band_graph(3000, 10)
+    shuffled = graphs.shuffled(band)
+    # 32-byte rows of B through a 2 KiB L2 (64 rows): the band's own order fetches each row about
+    # once, a shuffled copy almost every time; slow memory makes the saving pay back at once
+    slow = dict(l2_bytes=2048, bandwidth=1e9)
+    method, perm, record = locality.choose_order(shuffled, 8, 4, **slow)
+    assert method in ("rcm", "degree") and sorted(perm) == list(range(3000))
+    assert record[method]["fetches"] < record["natural_fetches"] / 3 and record[method]["payback_calls"] <= 100
+    assert locality.choose_order(band, 8, 4, **slow)[0] is None  # already in good order: nothing to save
+    # on fast memory the same saving takes more than PAYBACK_CALLS calls to win back the time
+    assert locality.choose_order(shuffled, 8, 4, l2_bytes=2048, bandwidth=1e15)[0] is None
+
+
+def test_empty_graph_keeps_the_order():
+    assert locality.choose_order(sp.csr_matrix((50, 50), dtype=np.float32), 8, 4, 64, 1e9)[0] is None
