@@ -39,6 +39,7 @@ import functools
 from dataclasses import dataclass
 
 from . import cpu
+from ._compat import scipy_sparse as sp
 from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
 from .dtypes import HALF_NAMES, storage_dtype
@@ -72,6 +73,8 @@ class Algorithm:
 def _spmm_tuned(A, B, C, reduce, *, stream=0, families=None):
     from .select import tuner
 
+    if A.nnz == 0:  # nothing to tune: HP writes the identity rows
+        return hp.spmm_hp(A, B, C, reduce, stream=stream)
     families = families or tuner.FAMILIES
     choice = tuner.choose(A, "spmm", C.shape[1], A.dtype, reduce, families=families)
     tuner.run(choice, "spmm", A, (B, C), reduce, stream)
@@ -80,6 +83,8 @@ def _spmm_tuned(A, B, C, reduce, *, stream=0, families=None):
 def _sddmm_tuned(A, X, Y, out, *, stream=0, families=None):
     from .select import tuner
 
+    if A.nnz == 0:
+        return
     families = families or tuner.FAMILIES
     tuner.run(tuner.choose(A, "sddmm", X.shape[1], A.dtype, families=families), "sddmm", A, (X, Y, out), stream=stream)
 
@@ -162,7 +167,7 @@ SPMM = _table(
               "HC-SpMM, every window on the CUDA-core path", ("sum",)),
     Algorithm("tuned", "cuda", _spmm_tuned,
               "the fastest of auto's choice, HP variants, the column slab and G-Sparse tiles, timed once per "
-              "graph, N, dtype and GPU", dtypes=ALL_DTYPES),
+              "graph, N, dtype, reduction and GPU", dtypes=ALL_DTYPES),
     Algorithm("tiled", "cuda", functools.partial(_spmm_tuned, families=("tiled",)),
               "G-Sparse 2-D shared-memory tiled SpMM, schedule chosen by cost model + autotuner", ("sum",)),
     Algorithm("blocked", "cuda", _spmm_blocked,
@@ -201,19 +206,20 @@ def algorithms(op, backend=None):
 
 
 def slab_pays(A, n_cols, itemsize):
-    """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM on the
-    device matrix ``A`` (a :class:`~numbasparse.CSR`): N >= SLAB_MIN_COLUMNS and the default
-    tiling's segments hold >= SLAB_MIN_SEGMENT entries on average, counted on A's pattern once
-    per tiling (kept in ``A.cache``)."""
+    """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM: N >=
+    SLAB_MIN_COLUMNS and the default tiling's segments (runs of a row's entries in one column
+    slab) average >= SLAB_MIN_SEGMENT entries, counted on A's pattern: on the GPU for a device
+    :class:`~numbasparse.CSR` (once per slab width, kept in ``A.cache``), on the host for a
+    canonical scipy CSR."""
     if n_cols < SLAB_MIN_COLUMNS or A.nnz == 0:
         return False
     vec, _ = slab.lane_layout(n_cols, itemsize)
     _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
-
-    def count():
-        host = A._host  # (downloaded once for a matrix built on the GPU; the slab plan reads it too)
-        return entries_per_segment(host.indptr, host.indices, width, slab.DEFAULT.max_segment)
-    return A.cache.get_or_build("plans", ("slab_entries_per_segment", width), count) >= SLAB_MIN_SEGMENT
+    if sp.issparse(A):
+        return entries_per_segment(A.indptr, A.indices, width) >= SLAB_MIN_SEGMENT
+    count = A.cache.get_or_build("plans", ("slab_entries_per_segment", width),
+                                 lambda: slab.entries_per_segment_on_device(A, width))
+    return count >= SLAB_MIN_SEGMENT
 
 
 def auto_name(op, backend, n_cols, itemsize=4, matrix=None, dtype=None):
@@ -228,7 +234,7 @@ def auto_name(op, backend, n_cols, itemsize=4, matrix=None, dtype=None):
 
 def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4, matrix=None, dtype=None):
     """The :class:`Algorithm` to run, or ValueError naming the bad argument (``itemsize``: the
-    operands', ``matrix``: A as a device :class:`~numbasparse.CSR`, for the rules of
+    operands', ``matrix``: A, a device :class:`~numbasparse.CSR` or a scipy CSR, for the rules of
     ``algorithm="auto"``; ``dtype``: the operands', which the algorithm must take)."""
     table = TABLES[op]
     check_option("backend", backend, BACKENDS)

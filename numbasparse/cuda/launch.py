@@ -44,6 +44,9 @@ def kernel_factory(factory):
     (:class:`KernelFiles`), so the next process loads instead of compiling."""
     name = f"{factory.__module__.rsplit('.', 1)[-1]}.{factory.__name__}"
     signature = inspect.signature(factory)
+    if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in signature.parameters.values()):
+        raise TypeError(f"kernel factory {name} may take positional-or-keyword parameters only")
+    n_params = len(signature.parameters)
 
     @functools.lru_cache(maxsize=None)
     def make_once(*args):
@@ -56,6 +59,8 @@ def kernel_factory(factory):
 
     @functools.wraps(factory)
     def make(*args, **kwargs):
+        if not kwargs and len(args) == n_params:  # every argument given: no binding (calls run this)
+            return make_once(*args)
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return make_once(*bound.args)

@@ -30,7 +30,7 @@ from .. import reductions
 from ..preprocess.slab_tiles import SlabTiles
 from . import launch
 from .device import WARP_SIZE as WARP
-from .device import cdiv, device_limits
+from .device import cdiv, device_limits, grid_stride_grid
 from .fill import fill_identity
 from .reductions import combine
 from .intrinsics import (atomic_max_float, atomic_min_float, shfl_idx, syncwarp, vector_load, vector_red_add,
@@ -271,6 +271,42 @@ def _plan(A, code, n, B, C, slab_width, tile_nnz, config):
     kernel = spmm_slab_kernel(code, vec, depth, config.warps, C.dtype.str, A.index_dtype.str, config.vector_red,
                               config.column_first)
     return kernel, (tiles.n_tiles, cdiv(n, tile_cols)), arrays
+
+
+@launch.kernel_factory
+def segment_count_kernel():
+    """Compile-once factory of the kernel counting a pattern's segments (runs of one row's
+    entries in one slab of ``width`` columns), grid-stride: an entry starts one where its slab
+    differs from the previous entry's, and a row's first entry does too where its slab equals
+    the previous row's last (indices sorted within rows)."""
+    @cuda.jit
+    def count(indptr, indices, width, total):
+        start = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        found = 0
+        for p in range(start, indices.shape[0], stride):
+            if p == 0 or indices[p] // width != indices[p - 1] // width:
+                found += 1
+        for r in range(start, indptr.shape[0] - 1, stride):
+            first = indptr[r]
+            if 0 < first < indptr[r + 1] and indices[first] // width == indices[first - 1] // width:
+                found += 1
+        if found:
+            cuda.atomic.add(total, 0, found)
+
+    return count
+
+
+def entries_per_segment_on_device(A, width):
+    """Entries per segment of device CSR ``A`` for slabs of ``width`` columns, counted on the GPU
+    (no copy of the pattern to the host; the rule of ``auto`` reads it)."""
+    if A.nnz == 0:
+        return 0.0
+    total = cuda.to_device(np.zeros(1, np.int64))
+    # (the simulator runs a thread per thread: there one warp strides over everything)
+    grid, threads = (1, WARP) if config.ENABLE_CUDASIM else grid_stride_grid(max(A.nnz, A.shape[0]))
+    launch.run(segment_count_kernel(), grid, threads, 0, A.indptr, A.indices, np.int64(width), total)
+    return A.nnz / float(total.copy_to_host()[0])
 
 
 def _all_rows(A):

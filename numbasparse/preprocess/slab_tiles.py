@@ -90,12 +90,13 @@ def _segments(indptr, indices, n_rows, slab_width, max_segment):
     return rows, slab, starts, np.minimum(starts + max_segment, np.repeat(ends, pieces))
 
 
-def entries_per_segment(indptr, indices, slab_width, max_segment):
-    """Mean entries per segment of a tiling by slabs of ``slab_width`` columns (what
-    :attr:`SlabTiles.entries_per_segment` gives, without building the tiles): one O(nnz) pass
-    over the pattern.  Counted, not estimated: real graphs number their nodes with locality
-    (crawl order, communities), so a row's columns bunch into far fewer slabs than spread
-    uniformly would."""
+def entries_per_segment(indptr, indices, slab_width, max_segment=None):
+    """Mean entries per segment of a tiling by slabs of ``slab_width`` columns, segments cut into
+    pieces of at most ``max_segment`` (what :attr:`SlabTiles.entries_per_segment` gives, without
+    building the tiles; None: uncut, what ``auto``'s rule counts): one O(nnz) pass over the
+    pattern.  Counted, not estimated: real graphs number their nodes with locality (crawl
+    order, communities), so a row's columns bunch into far fewer slabs than spread uniformly
+    would."""
     indptr = np.asarray(indptr, np.int64)
     nnz = int(indptr[-1]) if indptr.size else 0
     if nnz == 0:
@@ -105,5 +106,7 @@ def entries_per_segment(indptr, indices, slab_width, max_segment):
     first[0] = True
     np.not_equal(slab[1:], slab[:-1], out=first[1:])
     first[indptr[:-1][np.diff(indptr) > 0]] = True  # a row's first entry starts a segment
+    if max_segment is None:
+        return nnz / float(np.count_nonzero(first))
     lengths = np.diff(np.r_[np.flatnonzero(first), nnz])
     return nnz / float((-(-lengths // max_segment)).sum())

@@ -142,21 +142,40 @@ def cache_path():
     return None if root is None else root / "tuned.json"
 
 
+#: Part of every cache key: raise it when the schedule space or a family's parameters change, so
+#: that choices made among other candidates are timed again.
+SPACE_VERSION = 1
+
+
 def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", families=None):
     tail = "" if op != "spmm" or reduce == "sum" else f"|{reduce}"
     scope = "" if families is None else "|" + ",".join(families)
-    return f"{op}|{device_name}|{signature}|{n_cols}|{np.dtype(dtype).name}{tail}{scope}"
+    return f"v{SPACE_VERSION}|{op}|{device_name}|{signature}|{n_cols}|{np.dtype(dtype).name}{tail}{scope}"
+
+
+#: The parameters each family's launcher takes (a stored choice with others is not used).
+PARAMETERS = {("spmm", "hp"): {"nnz_per_group", "depth", "single"}, ("sddmm", "hp"): {"group", "nnz_per_warp"},
+              ("spmm", "slab"): set()}
 
 
 def load_cached(key):
-    """The candidate stored under ``key``, or None."""
+    """The candidate stored under ``key``, or None (also for an entry this code cannot run)."""
     path = cache_path()
     if path is None:
         return None
     try:
         entry = json.loads(path.read_text()).get(key)
-        return Candidate.from_dict(entry["choice"]) if entry else None
-    except (OSError, ValueError, KeyError, TypeError):
+        if not entry:
+            return None
+        candidate = Candidate.from_dict(entry["choice"])
+        op = key.split("|")[1]
+        if candidate.family == "tiled":
+            if not _tiled(op, dict(candidate.params)).valid():
+                return None
+        elif not set(dict(candidate.params)) <= PARAMETERS[(op, candidate.family)]:
+            return None
+        return candidate
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
 
 
@@ -175,8 +194,10 @@ def store(key, candidate, record):
 
 # The whole schedule space ----------------------------------------------------------------------
 
-#: G-Sparse tiled schedules taken into the space: the cost model's first ones.
-TILED_TOP = 3
+#: G-Sparse tiled schedules taken into the space: the cost model's first TILED_TOP beside the
+#: other families, its first TILED_TOP_ALONE for ``algorithm="tiled"`` (whose best was within
+#: 1.00-1.03x of an exhaustive search, BENCHMARKS.md "G-Sparse tuned and CS267 blocked kernels").
+TILED_TOP, TILED_TOP_ALONE = 3, 8
 FAMILIES = ("hp", "slab", "tiled")
 
 
@@ -272,7 +293,8 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
     if "tiled" in families and not is_half(dtype) and (op == "sddmm" or reduce == "sum"):
         device = device or _device()
         lengths = np.diff(A.host_indptr)
-        top = rank(lengths, n_cols, device, itemsize, A.index_dtype.itemsize, op)[:TILED_TOP]
+        top = rank(lengths, n_cols, device, itemsize, A.index_dtype.itemsize, op)
+        top = top[:TILED_TOP_ALONE if tuple(families) == ("tiled",) else TILED_TOP]
         ranked += [Candidate.of("tiled", **asdict(s)) for s in top]
     return ranked
 
@@ -304,10 +326,11 @@ def scratch_operands(A, op, n_cols, dtype, seed=0):
 
 def tune(ranked, time_candidate, top_k=None):
     """Time the first ``top_k`` of ``ranked`` (all when None) with ``time_candidate(c) -> ms``;
-    returns (the fastest, a record of what was timed)."""
+    returns (the fastest, a record of what was timed: ``first_ms`` is the first candidate's, the
+    rules' own choice in the whole space)."""
     timed = [(time_candidate(c), c) for c in (ranked if top_k is None else ranked[:top_k])]
     best_ms, best = min(timed, key=lambda t: t[0])
-    return best, dict(best_ms=best_ms, rules_ms=timed[0][0], timed=len(timed),
+    return best, dict(best_ms=best_ms, first_ms=timed[0][0], timed=len(timed),
                       times={str(c): ms for ms, c in timed})
 
 
@@ -319,27 +342,27 @@ def choose(A, op, n_cols, dtype, reduce="sum", *, families=FAMILIES, top_k=None)
 
     dtype = np.dtype(dtype)
     families = tuple(families)
-    key = ("tuned", op, reduce, n_cols, dtype.name, families)
-    choice = A.cache.get("plans", key)
-    if choice is not None:
-        return choice
-    if simulator_enabled():
-        return A.cache.put("plans", key, candidates(A, op, n_cols, dtype, reduce, families=families)[0])
-    device = _device()
-    signature = A.cache.get_or_build("plans", ("signature",), lambda: graph_signature(A._host))
-    disk_key = cache_key(device.name, signature, n_cols, dtype, op, reduce,
-                         None if families == FAMILIES else families)
-    choice = load_cached(disk_key)
-    if choice is None:
-        import time
 
-        start = time.perf_counter()
-        operands = scratch_operands(A, op, n_cols, dtype)
-        ranked = candidates(A, op, n_cols, dtype, reduce, operands, families, device)
-        choice, record = tune(ranked, _timer(A, op, operands, reduce), top_k)
-        record["search_s"] = time.perf_counter() - start  # compiles included
-        store(disk_key, choice, record)
-    return A.cache.put("plans", key, choice)
+    def build():  # (under the matrix cache's lock: two threads never time the space at once)
+        if simulator_enabled():
+            return candidates(A, op, n_cols, dtype, reduce, families=families)[0]
+        device = _device()
+        signature = A.cache.get_or_build("plans", ("signature",), lambda: graph_signature(A._host))
+        disk_key = cache_key(device.name, signature, n_cols, dtype, op, reduce,
+                             None if families == FAMILIES else families)
+        choice = load_cached(disk_key)
+        if choice is None:
+            import time
+
+            start = time.perf_counter()
+            operands = scratch_operands(A, op, n_cols, dtype)
+            ranked = candidates(A, op, n_cols, dtype, reduce, operands, families, device)
+            choice, record = tune(ranked, _timer(A, op, operands, reduce), top_k)
+            record["search_s"] = time.perf_counter() - start  # compiles included
+            store(disk_key, choice, record)
+        return choice
+
+    return A.cache.get_or_build("plans", ("tuned", op, reduce, n_cols, dtype.name, families), build)
 
 
 def _timer(A, op, operands, reduce="sum"):

@@ -237,3 +237,10 @@ def test_a_kernel_factory_gives_one_kernel_however_its_defaults_are_passed():
     assert hp.spmm_hp_kernel(0, 32, 4, 1, "<f4", "<i4", 2) is given  # what precompile and tests call
     assert hp.spmm_hp_kernel(0, 32, 4, 1, "<f4", "<i4", depth=2, single=False) is given
     assert hp.spmm_hp_kernel(0, 32, 4, 1, "<f4", "<i4", 2, True) is not given
+
+
+def test_a_kernel_factory_takes_positional_or_keyword_parameters_only():
+    with pytest.raises(TypeError, match="positional-or-keyword parameters only"):
+        @launch.kernel_factory
+        def factory(value_dtype, *, depth=1):
+            return None

@@ -171,3 +171,20 @@ def test_nan_wins_in_segments_combined_atomically(reduce):
     expected = spmm_reference(A, B, reduce)
     assert np.array_equal(np.isnan(C), np.isnan(expected)) and np.isnan(expected).any()
     assert_close(np.nan_to_num(C), np.nan_to_num(expected), np.float32)
+
+
+@pytest.mark.parametrize("width", [1, 7, 100])
+def test_the_gpu_count_of_segments_is_the_hosts(width):
+    rng = np.random.default_rng(width)
+    A = sp.random(60, 300, density=0.05, format="csr", random_state=rng)
+    A = sp.csr_matrix(A.multiply(np.arange(60)[:, None] % 7 != 3))  # some empty rows
+    A.sort_indices()
+    dev = CSR.from_scipy(A.astype(np.float32))
+    assert slab.entries_per_segment_on_device(dev, width) == pytest.approx(
+        entries_per_segment(A.indptr, A.indices, width))
+
+
+def test_auto_reads_the_pattern_of_a_scipy_operand_too():
+    dense = sp.csr_matrix(np.random.default_rng(0).random((48, 48)).astype(np.float32))
+    assert dispatch.slab_pays(dense, 64, 4) and dispatch.slab_pays(CSR.from_scipy(dense), 64, 4)
+    assert dispatch.resolve("spmm", "auto", "cuda", False, 64, "sum", 4, dense).name == "slab"

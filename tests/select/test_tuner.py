@@ -39,7 +39,7 @@ def test_tune_times_the_top_k_and_keeps_the_fastest():
 
     best, record = tuner.tune(ranked, time_candidate, top_k=5)
     assert len(timed) == 5 and best == timed[2] and record["best_ms"] == 0.5 and record["timed"] == 5
-    assert record["rules_ms"] == 2.0 and record["times"][str(ranked[2])] == 0.5
+    assert record["first_ms"] == 2.0 and record["times"][str(ranked[2])] == 0.5
     assert tuner.tune(ranked, lambda c: 1.0)[1]["timed"] == 6  # top_k=None: all of them
 
 
@@ -196,3 +196,26 @@ def test_processes_storing_schedules_at_once_keep_every_entry(tmp_path, monkeypa
     missing = [i for w in range(4) for i in range(1000 * w, 1000 * w + 150)
                if tuner.load_cached(tuner.cache_key("H100", f"g{i}", 64, np.float32)) is None]
     assert missing == []
+
+
+def test_tuned_on_a_matrix_without_entries():
+    import numbasparse as ns
+    from numbasparse import CSR
+
+    empty = CSR.from_scipy(sp.csr_matrix((5, 7), dtype=np.float32))
+    B = np.random.default_rng(0).standard_normal((7, 4)).astype(np.float32)
+    assert np.array_equal(ns.spmm(empty, B, algorithm="tuned"), np.zeros((5, 4), np.float32))
+    assert ns.sddmm(empty, np.ones((5, 4), np.float32), np.ones((7, 4), np.float32), algorithm="tuned").nnz == 0
+
+
+def test_a_stored_choice_this_code_cannot_run_is_timed_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path))
+    key = tuner.cache_key("H100", "abc", 64, np.float32)
+    assert key.startswith(f"v{tuner.SPACE_VERSION}|")  # a new space version times everything again
+    too_big = tuner.Candidate.of("tiled", m_tile=64, n_tile=32, reg_tile=1, nnz_tile=32, balance=False)
+    for stale in (too_big, tuner.Candidate.of("hp", lanes=8), tuner.Candidate.of("tiled", m_tile=1)):
+        tuner.store(key, stale, {})
+        assert tuner.load_cached(key) is None
+    sddmm_key = tuner.cache_key("H100", "abc", 64, np.float32, op="sddmm")
+    tuner.store(sddmm_key, tuner.Candidate.of("hp", group=8, nnz_per_warp=16), {})
+    assert tuner.load_cached(sddmm_key) == tuner.Candidate.of("hp", group=8, nnz_per_warp=16)
