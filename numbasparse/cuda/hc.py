@@ -13,7 +13,7 @@ from numba import cuda
 
 from ..dtypes import kernel_format
 from ..preprocess.row_windows import TILE_COLS, WINDOW, row_windows
-from . import launch
+from . import launch, mma
 from .device import cdiv
 from .intrinsics import converters, value_types
 
@@ -27,7 +27,7 @@ assert WINDOW * TILE_COLS == THREADS  # one thread per slot of a 16x8 tile
 
 
 @launch.kernel_factory
-def window_paths(value_dtype, index_dtype):
+def window_paths(value_dtype, index_dtype, tf32=False):
     """The device function ``window_into(acc, w, col0, use_tiles, ...)``: each thread's 4
     accumulators set to its part of window w's product with 32 columns of B (from ``col0``), on
     the dense-tile path (``tiles_into``) or the CUDA-core path (``cores_into``), as
@@ -36,6 +36,12 @@ def window_paths(value_dtype, index_dtype):
     Thread mapping: 128 threads per window; thread t owns row ``t // 8`` of the window and
     columns ``col0 + t % 8 + 8 q`` (q < 4), so each warp instruction reads 32 contiguous bytes
     of a row of B per row of the window.  16-bit values are read into float32.
+
+    ``tf32`` (float32 values): the dense-tile path on the tensor cores, as in the paper: warp q
+    multiplies each staged 16 x 8 tile by columns 8q..8q+7 of the staged B slice with one
+    ``mma.sync`` m16n8k8 (TF32 inputs rounded from float32, FP32 accumulators in registers
+    across the window's tiles), then the 16 x 32 result goes through shared memory into the
+    threads' accumulators.
     """
     _, value_type, compute = value_types(value_dtype)
     to_compute = converters(value_dtype)[0]
@@ -43,6 +49,10 @@ def window_paths(value_dtype, index_dtype):
     zero = compute(0)
     tile_size = WINDOW * TILE_COLS
     b_size = TILE_COLS * COLS
+    out_size = WINDOW * COLS
+    if tf32 and value_dtype != "<f4":
+        raise ValueError(f"TF32 tensor cores take float32 values, not {value_dtype}")
+    mma_tf32, to_tf32 = (mma.mma("tf32"), mma.to_tf32()) if tf32 else (None, None)
 
     @cuda.jit(device=True, inline="always")
     def tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B):
@@ -77,6 +87,48 @@ def window_paths(value_dtype, index_dtype):
                     s += a_tile[r * TILE_COLS + k] * b_tile[k * COLS + jj]
                 acc[q] = s
             cuda.syncthreads()
+
+    @cuda.jit(device=True, inline="always")
+    def tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B):
+        """Dense-tile path on the tensor cores (``tf32``): the tiles staged as in ``tiles_into``,
+        multiplied by mma.sync (fragment layouts: :mod:`numbasparse.cuda.mma`)."""
+        t = cuda.threadIdx.x
+        lane = t % 32
+        g, k4 = lane // 4, lane % 4
+        j8 = (t // 32) * 8  # this warp's 8 columns of the 32
+        n = B.shape[1]
+        a_tile = cuda.shared.array(tile_size, value_type)
+        b_tile = cuda.shared.array(b_size, value_type)
+        out_tile = cuda.shared.array(out_size, value_type)
+        width = col_ptr[w + 1] - col_ptr[w]
+        d0 = d1 = d2 = d3 = zero
+        for tile in range(tile_ptr[w], tile_ptr[w + 1]):
+            a_tile[t] = zero
+            cuda.syncthreads()
+            p = entry_ptr[tile] + t
+            if p < entry_ptr[tile + 1]:
+                a_tile[tile_slot[p]] = to_tf32(data[tile_entry[p]])
+            first = (tile - tile_ptr[w]) * TILE_COLS
+            for e in range(t, b_size, THREADS):
+                k = e // COLS
+                j = col0 + e - k * COLS
+                if first + k < width and j < n:
+                    b_tile[e] = to_tf32(B[cols[col_ptr[w] + first + k], j])
+                else:
+                    b_tile[e] = zero
+            cuda.syncthreads()
+            d0, d1, d2, d3 = mma_tf32(a_tile[g * TILE_COLS + k4], a_tile[(g + 8) * TILE_COLS + k4],
+                                      a_tile[g * TILE_COLS + k4 + 4], a_tile[(g + 8) * TILE_COLS + k4 + 4],
+                                      b_tile[k4 * COLS + j8 + g], b_tile[(k4 + 4) * COLS + j8 + g], d0, d1, d2, d3)
+            cuda.syncthreads()
+        out_tile[g * COLS + j8 + 2 * k4] = d0
+        out_tile[g * COLS + j8 + 2 * k4 + 1] = d1
+        out_tile[(g + 8) * COLS + j8 + 2 * k4] = d2
+        out_tile[(g + 8) * COLS + j8 + 2 * k4 + 1] = d3
+        cuda.syncthreads()
+        for q in range(PER_THREAD):
+            acc[q] = out_tile[(t // 8) * COLS + t % 8 + 8 * q]
+        cuda.syncthreads()
 
     @cuda.jit(device=True, inline="always")
     def cores_into(acc, w, col0, indptr, indices, data, B):
@@ -115,7 +167,10 @@ def window_paths(value_dtype, index_dtype):
         for q in range(PER_THREAD):
             acc[q] = zero
         if use_tiles[w]:
-            tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
+            if tf32:
+                tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
+            else:
+                tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
         else:
             cores_into(acc, w, col0, indptr, indices, data, B)
 
@@ -123,7 +178,7 @@ def window_paths(value_dtype, index_dtype):
 
 
 @launch.kernel_factory
-def spmm_hc_kernel(value_dtype, index_dtype):
+def spmm_hc_kernel(value_dtype, index_dtype, tf32=False):
     """Compile-once factory of the hybrid HC-SpMM kernel (sum).
 
     Thread mapping: one block of 128 threads per (row window, 32 output columns); the window
@@ -131,7 +186,7 @@ def spmm_hc_kernel(value_dtype, index_dtype):
     per-window hybrid, paper 001 section IV-A: no merging, each window is one block's).
     """
     value_type = numba.from_dtype(np.dtype(value_dtype))
-    window_into = window_paths(value_dtype, index_dtype)
+    window_into = window_paths(value_dtype, index_dtype, tf32)
 
     @cuda.jit
     def spmm_hc(indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot,
@@ -242,13 +297,14 @@ def _window_args(A, use_tiles):
             ("col_ptr", "cols", "tile_ptr", "entry_ptr", "tile_entry", "tile_slot")), use_tiles)
 
 
-def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid"):
+def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid", tf32=False):
     """Launch HC-SpMM: ``C = A @ B`` (sum only), each window on the path ``mode`` gives it
-    (:func:`paths`)."""
+    (:func:`paths`); ``tf32``: the dense-tile path on the tensor cores (float32 operands,
+    TF32 inputs: relative errors near 1e-3; sm_80 and later)."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
-    kernel = spmm_hc_kernel(kernel_format(A.dtype), A.indices.dtype.str)
+    kernel = spmm_hc_kernel(kernel_format(A.dtype), A.indices.dtype.str, bool(tf32))
     grid = (cdiv(m, WINDOW), cdiv(n, COLS))
     launch.run(kernel, grid, THREADS, stream, *_window_args(A, paths(A, mode)), B, C)
 

@@ -38,6 +38,32 @@ def test_hc_paths_match_reference(mode, shape, n):
     assert_close(C.copy_to_host(), spmm_reference(A, B), np.float32)
 
 
+@pytest.mark.parametrize("mode", ["tiles", "mixed"])
+def test_tensor_core_tiles_match_the_tf32_product(mode):
+    """The dense-tile path on mma.sync (TF32): A @ B of the TF32-rounded operands to float32
+    accuracy, and A @ B itself to TF32's (about 2^-11 per product, relative)."""
+    from numbasparse.cuda import device, mma
+
+    if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
+        pytest.skip("TF32 tensor cores need sm_80")
+    rng = np.random.default_rng(5)
+    A = _graph((37, 45), rng, density=0.3)
+    A.data = rng.uniform(-1, 1, A.nnz)
+    B = rng.standard_normal((45, 40)).astype(np.float32)
+    dev = _setup(A, np.float32, mode)
+    C = cuda.to_device(np.full((37, 40), np.nan, np.float32))  # poisoned
+    hc.spmm_hc(dev, cuda.to_device(B), C, mode=mode, tf32=True)
+    rounded = sp.csr_matrix((mma.tf32_bits(A.data.astype(np.float32)), A.indices, A.indptr), shape=A.shape)
+    expected = spmm_reference(rounded, mma.tf32_bits(B)) if mode == "tiles" else None
+    if expected is not None:
+        assert_close(C.copy_to_host(), expected, np.float32)
+    exact = spmm_reference(A, B)
+    assert np.linalg.norm(C.copy_to_host() - exact) / np.linalg.norm(exact) < 2e-3
+    with pytest.raises(ValueError, match="TF32 tensor cores take float32"):
+        hc.spmm_hc(_setup(A, np.float64, "tiles"), cuda.to_device(B.astype(np.float64)),
+                   cuda.device_array((37, 40)), mode="tiles", tf32=True)
+
+
 def test_hc_dense_window_float64():
     rng = np.random.default_rng()
     A = sp.csr_matrix(rng.random((18, 12)))  # every slot of every tile is a nonzero

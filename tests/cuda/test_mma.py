@@ -106,6 +106,11 @@ ptxas = shutil.which("ptxas") or str(Path(nvidia.cuda_nvcc.__path__[0]) / "bin" 
 f32, u16 = float32[:, ::1], uint16[:, ::1]
 kernels = [(test_mma.tf32_product.py_func, (f32, f32, f32, f32))]
 kernels += [(test_mma.half_product_kernel(k).py_func, (u16, u16, f32, f32)) for k in ("f16", "bf16")]
+from numba import boolean, int32, int64
+from numbasparse.cuda import hc
+i32, i64 = int32[::1], int64[::1]
+kernels.append((hc.spmm_hc_kernel("<f4", "<i4", True).py_func,
+                (i32, i32, float32[::1], i64, i64, i64, i64, i64, i64, boolean[::1], f32, f32)))
 for fn, signature in kernels:
     for cc in ((8, 0), (9, 0)):
         ptx, _ = cuda.compile_ptx(fn, signature, cc=cc)
@@ -119,7 +124,8 @@ print("ok")
 
 
 def test_the_ptx_assembles_for_sm80_and_sm90():
-    """The inline PTX compiled by NVVM and assembled by ptxas (no GPU needed)."""
+    """The inline PTX compiled by NVVM and assembled by ptxas (no GPU needed): the intrinsics'
+    test kernels and HC-SpMM's tensor-core tile path."""
     ptxas = pytest.importorskip("nvidia.cuda_nvcc")  # noqa: F841  (ptxas ships with it)
     script = PTX_CHECK
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
