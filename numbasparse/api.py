@@ -5,6 +5,8 @@ replayed here) -> validation (:mod:`numbasparse.arrays` for dense operands, :mod
 for the sparse one) -> :func:`numbasparse.dispatch.resolve` (which kernel) -> the kernel family's
 launcher (plan from the matrix's cache, then :mod:`numbasparse.cuda.launch`).
 """
+import functools
+
 import numpy as np
 from ._compat import scipy_sparse as sp
 
@@ -142,7 +144,7 @@ def _output(out, like, shape, dtype, A):
     return out, target
 
 
-def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
+def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None, precision="ieee"):
     """Sparse-dense product with a reduction: ``C[i] = reduce_j a_ij * B[j]``.
 
     A: scipy.sparse matrix/array (converted to canonical CSR) or :class:`CSR`, shape (M, K).
@@ -154,6 +156,10 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
     backend: "auto" (CUDA for device arrays or when a GPU is present, else CPU), "cuda", "cpu".
     out: optional (M, N) array of B's kind and dtype to write the result into (float32 for 16-bit
         B: the float32 accumulation, not rounded to 16 bits).
+    precision: "ieee" (every product and sum in B's precision, or float32 for 16-bit B) or
+        "tf32" (float32 B on the algorithms that offer it, ``hc`` and ``hc_tiles``: their dense
+        tiles multiplied on the tensor cores with TF32 inputs, 10-bit mantissas, so results
+        differ from "ieee" at about 1e-3 relative; sm_80 and later).
 
     Returns C (M, N), of B's dtype and kind: NumPy in, NumPy out; CuPy in, CuPy out; ...
 
@@ -163,15 +169,15 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None):
     validation and dispatch, which the earlier calls with those operands already passed
     (:mod:`numbasparse.replay`).
     """
-    return replay.call(A, ("spmm", reduce, algorithm, backend), (B,), out, _spmm_outputs, _spmm,
-                       (A, B, reduce, algorithm, backend, out))
+    return replay.call(A, ("spmm", reduce, algorithm, backend, precision), (B,), out, _spmm_outputs, _spmm,
+                       (A, B, reduce, algorithm, backend, out, precision))
 
 
 def _spmm_outputs(A, B):
     return (B.new_empty((A.shape[0], B.shape[1])),)
 
 
-def _spmm(A, B, reduce, algorithm, backend, out, record):
+def _spmm(A, B, reduce, algorithm, backend, out, precision, record):
     A = sparse_operand(A)
     dispatch.check_option("reduce", reduce, REDUCTIONS)
     b = arrays.dense(B, "B", 2)
@@ -179,7 +185,9 @@ def _spmm(A, B, reduce, algorithm, backend, out, record):
     if b.shape[0] != k:
         raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
     algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], reduce, b.dtype.itemsize,
-                            A if isinstance(A, CSR) else A.tocsr(), dtype=b.dtype)  # (the pattern auto reads)
+                            A if isinstance(A, CSR) else A.tocsr(), dtype=b.dtype,  # (the pattern auto reads)
+                            precision=precision)
+    run = algo.run if precision == "ieee" else functools.partial(algo.run, tf32=True)
     shape = (m, b.shape[1])
     result, C = _output(out, b, shape, b.dtype, A)
 
@@ -192,10 +200,10 @@ def _spmm(A, B, reduce, algorithm, backend, out, record):
     dev = _device_csr(A, b.dtype, "B")
     if b.on_device:
         with record(b.array, C):
-            algo.run(dev, b.array, C, reduce, stream=arrays.stream_of(b))
+            run(dev, b.array, C, reduce, stream=arrays.stream_of(b))
         return result
     (B_dev,), C_dev = _to_device(b.array), _device_empty(shape, b.dtype if C is None else C.dtype)
-    algo.run(dev, B_dev, C_dev, reduce)
+    run(dev, B_dev, C_dev, reduce)
     C = _download(C_dev, b.dtype, C)
     return arrays.host_result(b, C) if result is None else result
 

@@ -68,6 +68,7 @@ class Algorithm:
     summary: str
     reductions: tuple = ("sum", "mean", "max", "min")
     dtypes: tuple = FULL_DTYPES
+    precisions: tuple = ("ieee",)  # "tf32": float32 products on the tensor cores (``run(..., tf32=True)``)
 
 
 def _spmm_tuned(A, B, C, reduce, *, stream=0, families=None):
@@ -160,9 +161,10 @@ SPMM = _table(
     Algorithm("slab", "cuda", slab.spmm_slab,
               "column-slab tiles, one block per SM: B rows re-used from L1 (dense graphs, N >= 64)"),
     Algorithm("hc", "cuda", functools.partial(hc.spmm_hc, mode="hybrid"),
-              "HC-SpMM 16-row windows, dense-tile or CUDA-core path per window (LR selector)", ("sum",)),
+              "HC-SpMM 16-row windows, dense-tile or CUDA-core path per window (LR selector)", ("sum",),
+              precisions=("ieee", "tf32")),
     Algorithm("hc_tiles", "cuda", functools.partial(hc.spmm_hc, mode="tiles"),
-              "HC-SpMM, every window on the dense-tile path", ("sum",)),
+              "HC-SpMM, every window on the dense-tile path", ("sum",), precisions=("ieee", "tf32")),
     Algorithm("hc_cores", "cuda", functools.partial(hc.spmm_hc, mode="cores"),
               "HC-SpMM, every window on the CUDA-core path", ("sum",)),
     Algorithm("tuned", "cuda", _spmm_tuned,
@@ -232,12 +234,25 @@ def auto_name(op, backend, n_cols, itemsize=4, matrix=None, dtype=None):
     return "hp"
 
 
-def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4, matrix=None, dtype=None):
+PRECISIONS = ("ieee", "tf32")
+
+
+def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4, matrix=None, dtype=None,
+            precision="ieee"):
     """The :class:`Algorithm` to run, or ValueError naming the bad argument (``itemsize``: the
     operands', ``matrix``: A, a device :class:`~numbasparse.CSR` or a scipy CSR, for the rules of
-    ``algorithm="auto"``; ``dtype``: the operands', which the algorithm must take)."""
+    ``algorithm="auto"``; ``dtype``: the operands', which the algorithm must take; ``precision``:
+    "tf32" only on float32 operands and an algorithm that offers it, named explicitly)."""
     table = TABLES[op]
     check_option("backend", backend, BACKENDS)
+    check_option("precision", precision, PRECISIONS)
+    if precision != "ieee":
+        offers = [a.name for a in table.values() if precision in a.precisions]
+        if algorithm not in offers:
+            raise ValueError(f"precision={precision!r} runs on algorithm {' or '.join(map(repr, offers))}, "
+                             f"not {algorithm!r}")
+        if dtype is not None and dtype.name != "float32":
+            raise ValueError(f"precision={precision!r} takes float32 operands, not {dtype.name}")
     check_option("algorithm", algorithm, ("auto",) + tuple(table))
     if algorithm != "auto":
         wanted = table[algorithm].backend

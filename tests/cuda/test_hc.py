@@ -102,3 +102,23 @@ def test_fused_layer_wider_than_shared_memory(monkeypatch):
     finally:
         hc.spmm_dense_kernel.cache_clear()
     assert_close(out.copy_to_host(), spmm_reference(A, X) @ W.astype(np.float64), np.float32)
+
+
+def test_precision_tf32_through_the_api():
+    import numbasparse as ns
+    from numbasparse.cuda import device
+
+    if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
+        pytest.skip("TF32 tensor cores need sm_80")
+    rng = np.random.default_rng(6)
+    A = _graph((20, 30), rng, density=0.4)
+    B = rng.standard_normal((30, 16)).astype(np.float32)
+    C = ns.spmm(A, B, algorithm="hc_tiles", precision="tf32", backend="cuda")
+    exact = spmm_reference(A, B)
+    assert 0 < np.linalg.norm(C - exact) / np.linalg.norm(exact) < 2e-3  # TF32, not IEEE float32
+    with pytest.raises(ValueError, match="precision='tf32' runs on algorithm 'hc' or 'hc_tiles', not 'auto'"):
+        ns.spmm(A, B, precision="tf32", backend="cuda")
+    with pytest.raises(ValueError, match="precision='tf32' takes float32 operands, not float64"):
+        ns.spmm(A, B.astype(np.float64), algorithm="hc", precision="tf32", backend="cuda")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        ns.spmm(A, B, precision="fp8", backend="cuda")
