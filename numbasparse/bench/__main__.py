@@ -32,7 +32,8 @@ def parse_args(argv=None):
                    help="spmm, sddmm, gcn ((A @ X) @ W with W N x 64: fused spmm_dense vs spmm then matmul), "
                         "sddmm_spmm, attention (fused vs unfused; yardstick: PyG-style gather/scatter)")
     p.add_argument("--reduce", type=_list, default=["sum"], help="SpMM reductions, e.g. sum,mean,max,min")
-    p.add_argument("--algorithms", type=_list, default=None, help="numbasparse algorithms (default: all CUDA ones)")
+    p.add_argument("--algorithms", type=_list, default=None,
+                   help="numbasparse algorithms (default: all CUDA ones); ALGO@tf32: spmm with precision='tf32'")
     p.add_argument("--baselines", type=_list, default=None,
                    help="comma list, or 'none' (default: all; the *_f32 ones only for 16-bit dtypes)")
     p.add_argument("--dtype", choices=("float32", "float64", "float16", "bfloat16"), default="float32",

@@ -35,10 +35,16 @@ class Case:
     dtype: str = "float32"
 
 
+#: Relative error allowed a result computed with TF32 inputs (``ns:ALGO@tf32``): 10-bit mantissas.
+TF32_TOLERANCE = 2.0**-9
+
+
 def tolerance(impl, dtype):
-    """Largest relative error a result of ``impl`` may have to be timed: TOLERANCE, and for the
+    """Largest relative error a result of ``impl`` may have to be timed: TOLERANCE, for the
     baselines in 16-bit dtypes 4x that (torch's bfloat16 ``sparse.mm`` rounds more than once:
-    about 1.7 u measured); the error is reported in every row."""
+    about 1.7 u measured), TF32_TOLERANCE for ``@tf32`` ones; the error is reported in every row."""
+    if impl.endswith("@tf32"):
+        return TF32_TOLERANCE
     return TOLERANCE[dtype] * (4 if dtype in ("float16", "bfloat16") and not impl.startswith("ns:") else 1)
 
 
@@ -68,8 +74,13 @@ def flops(A, op, n):
 def numbasparse_impl(algorithm):
     """``ns:ALGO`` (``ns:auto``: the library's own choice, per graph); for the "gcn" op,
     ``ns:fused`` is ``spmm_dense`` (one fused kernel) and ``ns:ALGO`` is ``spmm`` with that
-    algorithm followed by a torch matmul."""
+    algorithm followed by a torch matmul.  ``ALGO@tf32``: SpMM with ``precision="tf32"``."""
+    algorithm, _, precision = algorithm.partition("@")
+    precision = precision or "ieee"
+
     def make(A, op, reduce, dtype):
+        if precision != "ieee" and op != "spmm":
+            raise Unsupported(f"precision={precision!r} is an spmm option")
         if not applies(f"ns:{algorithm}", op):
             raise Unsupported(f"no {op} algorithm {algorithm!r}")
         if op == "spmm" and algorithm != "auto" and reduce not in dispatch.SPMM[algorithm].reductions:
@@ -83,7 +94,7 @@ def numbasparse_impl(algorithm):
         if op == "gcn":
             return lambda X, W: api.spmm(csr, X, algorithm=algorithm) @ W
         if op == "spmm":
-            return lambda B: api.spmm(csr, B, reduce=reduce, algorithm=algorithm)
+            return lambda B: api.spmm(csr, B, reduce=reduce, algorithm=algorithm, precision=precision)
         return lambda X, Y: api.sddmm(csr, X, Y, algorithm=algorithm)
     return make
 
@@ -148,7 +159,7 @@ def l2_copies(case, l2_bytes):
 def applies(name, op):
     """Whether implementation ``name`` (``ns:ALGO`` or a baseline) implements ``op``."""
     if name.startswith("ns:"):
-        algorithm = name[3:]
+        algorithm = name[3:].partition("@")[0]
         if op in SCORE_OPS:
             return algorithm in ("fused", "unfused")
         if algorithm == "unfused":
