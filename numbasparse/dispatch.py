@@ -116,22 +116,22 @@ def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
     hp.spmm_hp(A._with_data(scores), Z, out, "sum", stream=stream)
 
 
-_BFLOAT16_CHECKED = []
+_SM80_CHECKED = []
 
 
-def require_bfloat16():
-    """ValueError unless the GPU converts to bfloat16 in one instruction (``cvt.rn.bf16.f32``,
-    compute capability 8.0 on), which the 16-bit kernels' stores use."""
-    if simulator_enabled() or _BFLOAT16_CHECKED:
+def require_sm80(what, instead):
+    """ValueError unless the GPU has compute capability 8.0 or newer, which ``what`` needs (its
+    one-instruction bfloat16 conversions, or TF32 tensor cores); ``instead``: what to use."""
+    if simulator_enabled() or _SM80_CHECKED:
         return
     from numba import cuda
 
     capability = cuda.get_current_device().compute_capability
     if capability >= (8, 0):
-        _BFLOAT16_CHECKED.append(True)  # (once per process: a call's host time counts)
+        _SM80_CHECKED.append(True)  # (once per process: a call's host time counts)
     else:
-        raise ValueError(f"bfloat16 operands need a GPU of compute capability 8.0 or newer (this one is "
-                         f"{capability[0]}.{capability[1]}); use float16 or float32")
+        raise ValueError(f"{what} need a GPU of compute capability 8.0 or newer (this one is "
+                         f"{capability[0]}.{capability[1]}); use {instead}")
 
 
 def check_option(name, value, allowed):
@@ -266,7 +266,9 @@ def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4,
     if backend == "cuda":
         require_cuda(f"backend='cuda' (algorithm {algorithm!r})")
         if dtype is not None and dtype.name == "bfloat16":
-            require_bfloat16()
+            require_sm80("bfloat16 operands", "float16 or float32")
+        if precision == "tf32":
+            require_sm80("TF32 tensor cores (precision='tf32')", "precision='ieee'")
     name = algorithm if algorithm != "auto" else auto_name(op, backend, n_cols, itemsize, matrix, dtype)
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")

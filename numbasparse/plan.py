@@ -77,9 +77,10 @@ class Plan:
     ``perm[new] = old`` is the node order the kernels see (None: the caller's); inputs are
     permuted on the way in and results back on the way out, so callers never see it.
     ``preprocess_seconds`` is the whole preparation time, ``reorder_seconds`` the part spent
-    computing permutations.  With ``reorder="auto"``, ``decisions`` maps each width N called so
-    far to the record of :func:`numbasparse.reorder.locality.choose_order` (the method taken, or
-    None, and why), and ``perm`` is the order taken last.
+    computing permutations (with ``reorder="auto"``, and predicting their effect).  With
+    ``reorder="auto"``, ``decisions`` maps each width N called so far to the record of
+    :func:`numbasparse.reorder.locality.choose_order` (the method taken, or None, and why), and
+    ``perm`` and ``A`` are those of the order taken last.
     """
 
     def __init__(self, A, reorder, algorithm, backend, dtype, index_dtype, reorder_args):
@@ -97,6 +98,7 @@ class Plan:
             backend = "cuda" if gpu_present() else "cpu"
         self.shape, self.nnz, self.backend, self.algorithm = host.shape, host.nnz, backend, algorithm
         self.reorder, self.decisions, self._host, self._dtype = reorder, {}, host, dtype
+        self._computed = {}  # "auto": the orders computed so far, {method: (perm, seconds)}
         t0 = time.perf_counter()
         perm = _permutation(host, reorder, reorder_args) if reorder not in (None, "auto") else None
         self.reorder_seconds = time.perf_counter() - t0
@@ -110,35 +112,38 @@ class Plan:
         return (f"<numbasparse.Plan {self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, reorder={self.reorder}, "
                 f"backend={self.backend}, preprocess {self.preprocess_seconds * 1e3:.1f} ms>")
 
-    def _order_for(self, n_cols, itemsize):
+    def _order_for(self, n_cols, itemsize, out=None):
         """The order the kernels use for width ``n_cols``: the fixed one, or ``auto``'s decision
-        (made once per width; on the GPU only, where the mechanism was measured)."""
-        if self.reorder != "auto" or self.backend != "cuda" or self.nnz == 0:
+        (made once per width; on the GPU only, where the mechanism was measured; the graph's own
+        order for a call with ``out``, which a reordered plan cannot write into)."""
+        if self.reorder != "auto" or self.backend != "cuda" or self.nnz == 0 or out is not None:
             return self._fixed
         if n_cols not in self.decisions:
             from .cuda.device import memory_system
             from .reorder.locality import choose_order
 
             l2_bytes, bandwidth = memory_system()
-            method, perm, record = choose_order(self._host, n_cols, itemsize, l2_bytes, bandwidth)
+            method, perm, record = choose_order(self._host, n_cols, itemsize, l2_bytes, bandwidth,
+                                                computed=self._computed)
             self.decisions[n_cols] = dict(record, method=method)
-            self.reorder_seconds += sum(v["seconds"] for v in record.values() if isinstance(v, dict))
+            self.reorder_seconds += record["model_seconds"] + sum(
+                v["seconds"] for v in record.values() if isinstance(v, dict))
             if method is not None and method not in self._orders:
                 self._orders[method] = _Ordered(self._host, perm, self.backend, self._dtype)
         order = self._orders[self.decisions[n_cols]["method"]]
-        self.perm = order.perm
+        self.perm, self.A = order.perm, order.A
         return order
 
     def spmm(self, B, *, reduce="sum", out=None):
         """``spmm(A, B)`` in the caller's node order."""
         b = arrays.dense(B, "B", 2)
-        order = self._order_for(b.shape[1], b.dtype.itemsize)
+        if b.shape[0] != self.shape[1]:
+            raise ValueError(f"A has {self.shape[1]} columns but B has {b.shape[0]} rows")
+        order = self._order_for(b.shape[1], b.dtype.itemsize, out)
         if order.perm is None:
             return api.spmm(order.A, B, reduce=reduce, algorithm=self.algorithm, backend=self.backend, out=out)
         if out is not None:
             raise ValueError("out is not supported on a reordered plan")
-        if b.shape[0] != self.shape[1]:
-            raise ValueError(f"A has {self.shape[1]} columns but B has {b.shape[0]} rows")
         C = api.spmm(order.A, order.gather(b, "perm", b.shape), reduce=reduce, algorithm=self.algorithm,
                      backend=self.backend)
         c = arrays.dense(C, "C", 2)
@@ -147,13 +152,13 @@ class Plan:
     def sddmm(self, X, Y):
         """``sddmm(A, X, Y)`` in the caller's node order (values in A's canonical order)."""
         x, y = arrays.dense(X, "X", 2), arrays.dense(Y, "Y", 2)
-        order = self._order_for(y.shape[1], y.dtype.itemsize)
-        if order.perm is None:
-            return api.sddmm(order.A, X, Y, algorithm=self.algorithm, backend=self.backend)
         arrays.same_place(x, y)
         if x.shape[0] != self.shape[0] or y.shape[0] != self.shape[1]:
             raise ValueError(f"A is {self.shape[0]}x{self.shape[1]}, so X must have {self.shape[0]} rows "
                              f"and Y {self.shape[1]}; got X {x.shape}, Y {y.shape}")
+        order = self._order_for(y.shape[1], y.dtype.itemsize)
+        if order.perm is None:
+            return api.sddmm(order.A, X, Y, algorithm=self.algorithm, backend=self.backend)
         values = api.sddmm(order.A, order.gather(x, "perm", x.shape), order.gather(y, "perm", y.shape),
                            algorithm=self.algorithm, backend=self.backend)
         if sp.issparse(values):

@@ -84,3 +84,30 @@ def test_auto_keeps_the_order_on_the_cpu_backend(graph):
     assert plan.perm is None and plan.decisions == {}
     with pytest.raises(TypeError, match="reorder='auto' takes no arguments"):
         ns.prepare(graph, reorder="auto", seed=1)
+
+
+def test_auto_reads_only_the_pattern_and_computes_each_order_once(monkeypatch):
+    """NaN weights do not stop the orders (they read the pattern); a call with out= keeps the
+    graph's own order; a second width reuses the orders computed for the first."""
+    from numbasparse.cuda import device
+    from numbasparse.reorder import locality
+
+    monkeypatch.setattr(device, "memory_system", lambda: (4096, 1e6))
+    offsets = [k for k in range(-4, 5) if k]
+    A = graphs.shuffled(sp.diags([np.ones(400 - abs(k), np.float32) for k in offsets], offsets, format="csr"))
+    A.data[0] = np.nan
+    computed = []
+    rcm = locality.rcm_order
+    monkeypatch.setattr(locality, "CANDIDATES", (("rcm", lambda G: computed.append(1) or rcm(G)),))
+    plan = ns.prepare(A, reorder="auto", backend="cuda", algorithm="hp")
+    rng = np.random.default_rng(2)
+    for n in (8, 9):
+        B = rng.standard_normal((400, n)).astype(np.float32)
+        C = plan.spmm(cuda.to_device(B)).copy_to_host()
+        assert np.isnan(C).any() and plan.decisions[n]["method"] == "rcm"
+    assert computed == [1] and plan.decisions[9]["rcm"]["seconds"] == 0.0
+    out = cuda.device_array((400, 8), np.float32)
+    assert plan.spmm(cuda.to_device(B[:, :8].copy()), out=out) is out  # the graph's own order
+    with pytest.raises(ValueError, match="A has 400 columns but B has 3 rows"):
+        plan.spmm(np.ones((3, 16), np.float32))
+    assert 16 not in plan.decisions

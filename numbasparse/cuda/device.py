@@ -85,16 +85,21 @@ def _query_limits():
             int(device.MAX_REGISTERS_PER_MULTIPROCESSOR))
 
 
-@functools.lru_cache(maxsize=None)
+_memory = {}
+
+
 def memory_system():
-    """(L2 bytes, DRAM bytes per second) of the current device: the inputs of the reordering
-    decision (:mod:`numbasparse.reorder.locality`).  The simulator has no such attributes: an
-    H100's (50 MiB, 3.35 TB/s)."""
+    """(L2 bytes, DRAM bytes per second) of the current device, asked once per device: the
+    inputs of the reordering decision (:mod:`numbasparse.reorder.locality`).  The simulator has
+    no such attributes: an H100's (50 MiB, 3.35 TB/s)."""
     if simulator_enabled():
         return 50 << 20, 3.35e12
-    device = cuda.get_current_device()
-    clock_hz = int(device.MEMORY_CLOCK_RATE) * 1000  # (kHz; two transfers per clock)
-    return int(device.L2_CACHE_SIZE), 2.0 * clock_hz * int(device.GLOBAL_MEMORY_BUS_WIDTH) / 8
+    key = 0 if one_device() else cuda.get_current_device().id
+    if key not in _memory:
+        device = cuda.get_current_device()
+        clock_hz = int(device.MEMORY_CLOCK_RATE) * 1000  # (kHz; two transfers per clock)
+        _memory[key] = int(device.L2_CACHE_SIZE), 2.0 * clock_hz * int(device.GLOBAL_MEMORY_BUS_WIDTH) / 8
+    return _memory[key]
 
 
 def blocks_per_sm(threads_per_block, registers_per_thread):

@@ -19,7 +19,9 @@ columns ``2t, 2t + 1``, and ``c2, c3`` row ``g + 8``.
 On the simulator the warp's lanes leave their fragments in a per-block table between two
 barriers (as the shuffles of :mod:`numbasparse.cuda.intrinsics` do), and each lane computes its
 outputs in float64 from the values the hardware reads (TF32: the upper 19 bits), rounded once to
-float32; the hardware's order of additions differs, so results agree to float32 rounding.
+float32; the hardware's order of additions differs, so results agree to float32 rounding.  The
+simulator's barriers are block-wide: there every warp of the block must call the instruction
+together, and the block must be whole warps.
 """
 import threading
 
@@ -63,7 +65,9 @@ def tf32_bits(values):
     ``cvt.rna.tf32.f32`` does), as float32 (host side and simulator)."""
     bits = np.asarray(values, np.float32).view(np.uint32)
     finite = (bits & 0x7F800000) != 0x7F800000
+    nan = ~finite & ((bits & 0x7FFFFF) != 0)
     rounded = np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
+    rounded = np.where(nan, np.uint32(0x7FFFFFFF), rounded)  # a NaN stays a NaN in 19 bits
     return rounded.astype(np.uint32).view(np.float32)
 
 

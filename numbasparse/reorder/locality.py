@@ -15,6 +15,7 @@ won back within ``payback_calls`` calls (:func:`choose_order`).
 import time
 
 import numpy as np
+import scipy.sparse as sp
 from numba import njit
 
 from .order import degree_order, rcm_order
@@ -29,12 +30,11 @@ SECTOR = 32
 
 
 @njit(cache=True)
-def _fetches(indptr, indices, rows, n_cols, held):
+def _fetches(indptr, indices, rows, n_cols, held, tree):
     # Least-recently-used L2 of ``held`` B rows: an access misses when ``held`` or more distinct
     # columns were used since the column's last use (its reuse distance), counted with a Fenwick
     # tree over positions in the sweep that marks each column's latest use.
-    nnz = indptr[-1]
-    tree = np.zeros(nnz + 1, np.int64)
+    nnz = indptr[-1]  # tree: nnz + 1 zeros
     last = np.full(n_cols, -1, np.int64)
     fetches = 0
     t = 0
@@ -72,33 +72,49 @@ def _fetches(indptr, indices, rows, n_cols, held):
 def predicted_fetches(A, rows, held):
     """B rows fetched from DRAM when the rows of scipy CSR ``A`` are swept in the order ``rows``
     through an L2 that keeps the ``held`` B rows used last (module docstring)."""
+    tree = np.zeros(A.nnz + 1, np.int32 if A.nnz < 2**31 else np.int64)  # (counts of at most nnz)
     return int(_fetches(A.indptr.astype(np.int64), A.indices, np.asarray(rows, np.int64), A.shape[1],
-                        max(1, int(held))))
+                        max(1, int(held)), tree))
 
 
-def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK_CALLS, candidates=CANDIDATES):
-    """(method, perm, record): the order that pays for SpMM of square scipy CSR ``A`` with
-    ``n_cols`` columns of ``itemsize`` bytes on a GPU of ``l2_bytes`` of L2 and ``bandwidth``
-    bytes/s of DRAM, or (None, None, record) to keep A's own order.  ``record`` says why: B's and
-    L2's bytes, the predicted fetches of each order, the bytes a call would save net of the
-    permutations, the seconds each order took to compute and the calls to win them back."""
+def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK_CALLS, candidates=None,
+                 computed=None):
+    """(method, perm, record): the order that pays for SpMM of square scipy CSR ``A`` (its
+    pattern: the values are not read) with ``n_cols`` columns of ``itemsize`` bytes on a GPU of
+    ``l2_bytes`` of L2 and ``bandwidth`` bytes/s of DRAM, or (None, None, record) to keep A's own
+    order.  ``record`` says why: B's and L2's bytes, the predicted fetches of each order, the bytes
+    a call would save net of the permutations, the seconds each order took to compute and the
+    calls to win them back, and ``model_seconds`` (the fetch predictions).  ``computed``: a dict
+    {method: (perm, seconds)} of orders computed before (for other widths), filled in here, so
+    that each order is computed and charged once; ``candidates``: (method, order function) pairs,
+    default CANDIDATES."""
+    computed = {} if computed is None else computed
+    candidates = CANDIDATES if candidates is None else candidates
     n_rows, k = A.shape
     row_bytes = -(-n_cols * itemsize // SECTOR) * SECTOR
-    record = dict(n_cols=n_cols, b_bytes=k * n_cols * itemsize, l2_bytes=l2_bytes)
+    record = dict(n_cols=n_cols, b_bytes=k * n_cols * itemsize, l2_bytes=l2_bytes, model_seconds=0.0)
     if A.nnz == 0 or record["b_bytes"] <= l2_bytes // 2:
         return None, None, dict(record, why="B fits in L2: every order fetches each row once")
+    pattern = sp.csr_matrix((np.ones(A.nnz, np.float32), A.indices, A.indptr), shape=A.shape)  # (any weights)
     held = l2_bytes // row_bytes
-    record["natural_fetches"] = natural = predicted_fetches(A, np.arange(n_rows), held)
+    start = time.perf_counter()
+    record["natural_fetches"] = natural = predicted_fetches(pattern, np.arange(n_rows), held)
+    record["model_seconds"] += time.perf_counter() - start
     permute_bytes = 2 * (k + n_rows) * n_cols * itemsize  # B gathered in, C gathered out: read + write
     best = (None, None)
     for method, order in candidates:
+        fresh = method not in computed
+        if fresh:
+            start = time.perf_counter()
+            computed[method] = (order(pattern), time.perf_counter() - start)
+        perm, seconds = computed[method]
         start = time.perf_counter()
-        perm = order(A)
-        seconds = time.perf_counter() - start
-        fetches = predicted_fetches(A, perm, held)
+        fetches = predicted_fetches(pattern, perm, held)
+        record["model_seconds"] += time.perf_counter() - start
         saved = (natural - fetches) * row_bytes - permute_bytes  # bytes per call
         calls = seconds * bandwidth / saved if saved > 0 else float("inf")
-        record[method] = dict(fetches=fetches, saved_bytes_per_call=saved, seconds=seconds, payback_calls=calls)
+        record[method] = dict(fetches=fetches, saved_bytes_per_call=saved, seconds=seconds if fresh else 0.0,
+                              payback_calls=calls)
         if calls <= payback_calls and (best[0] is None or calls < record[best[0]]["payback_calls"]):
             best = (method, perm)
     record["why"] = (f"{best[0]} pays back within {payback_calls} calls" if best[0] else

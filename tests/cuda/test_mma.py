@@ -134,3 +134,8 @@ def test_the_ptx_assembles_for_sm80_and_sm90():
     if "CudaSupportError" in done.stderr and "NVVM" in done.stderr:
         pytest.skip("NVVM not found")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_tf32_rounding_keeps_a_nan_whose_payload_is_in_the_dropped_bits():
+    nan = np.array([0x7F800001], np.uint32).view(np.float32)
+    assert np.isnan(mma.tf32_bits(nan))
