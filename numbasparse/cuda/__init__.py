@@ -53,6 +53,9 @@ def kernel_configs():
         windows = (numba.int64[::1],) * 6 + (numba.boolean[::1],)
         configs.append((f"spmm_hc {value}/{index}", hc.spmm_hc_kernel(value, index),
                         (*csr, *windows, V[:, ::1], V[:, ::1])))
+        if value == "<f4":  # the dense tiles on TF32 tensor cores (precision="tf32")
+            configs.append((f"spmm_hc tf32 {value}/{index}", hc.spmm_hc_kernel(value, index, True),
+                            (*csr, *windows, V[:, ::1], V[:, ::1])))
         configs.append((f"spmm_dense {value}/{index}", hc.spmm_dense_kernel(value, index),
                         (*csr, *windows, V[:, ::1], V[:, ::1], V[:, ::1])))
         for q in (1, 2, 4, 8):
