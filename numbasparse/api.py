@@ -185,8 +185,7 @@ def _spmm(A, B, reduce, algorithm, backend, out, precision, record):
     if b.shape[0] != k:
         raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
     algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], reduce, b.dtype.itemsize,
-                            A if isinstance(A, CSR) else A.tocsr(), dtype=b.dtype,  # (the pattern auto reads)
-                            precision=precision)
+                            A, dtype=b.dtype, precision=precision)
     run = algo.run if precision == "ieee" else functools.partial(algo.run, tf32=True)
     shape = (m, b.shape[1])
     result, C = _output(out, b, shape, b.dtype, A)

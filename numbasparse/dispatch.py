@@ -211,17 +211,20 @@ def slab_pays(A, n_cols, itemsize):
     """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM: N >=
     SLAB_MIN_COLUMNS and the default tiling's segments (runs of a row's entries in one column
     slab) average >= SLAB_MIN_SEGMENT entries, counted on A's pattern: on the GPU for a device
-    :class:`~numbasparse.CSR` (once per slab width, kept in ``A.cache``), on the host for a
-    canonical scipy CSR."""
+    :class:`~numbasparse.CSR` (the answer kept in ``A.cache``: the rule runs on every call), on
+    the host for a scipy matrix."""
     if n_cols < SLAB_MIN_COLUMNS or A.nnz == 0:
         return False
-    vec, _ = slab.lane_layout(n_cols, itemsize)
-    _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
-    if sp.issparse(A):
-        return entries_per_segment(A.indptr, A.indices, width) >= SLAB_MIN_SEGMENT
-    count = A.cache.get_or_build("plans", ("slab_entries_per_segment", width),
-                                 lambda: slab.entries_per_segment_on_device(A, width))
-    return count >= SLAB_MIN_SEGMENT
+
+    def decide():
+        vec, _ = slab.lane_layout(n_cols, itemsize)
+        _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
+        if sp.issparse(A):
+            host = A.tocsr()
+            return entries_per_segment(host.indptr, host.indices, width) >= SLAB_MIN_SEGMENT
+        return slab.entries_per_segment_on_device(A, width) >= SLAB_MIN_SEGMENT
+
+    return decide() if sp.issparse(A) else A.cache.get_or_build("plans", ("slab_pays", n_cols, itemsize), decide)
 
 
 def auto_name(op, backend, n_cols, itemsize=4, matrix=None, dtype=None):
@@ -240,7 +243,7 @@ PRECISIONS = ("ieee", "tf32")
 def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4, matrix=None, dtype=None,
             precision="ieee"):
     """The :class:`Algorithm` to run, or ValueError naming the bad argument (``itemsize``: the
-    operands', ``matrix``: A, a device :class:`~numbasparse.CSR` or a scipy CSR, for the rules of
+    operands', ``matrix``: A, a device :class:`~numbasparse.CSR` or a scipy matrix, for the rules of
     ``algorithm="auto"``; ``dtype``: the operands', which the algorithm must take; ``precision``:
     "tf32" only on float32 operands and an algorithm that offers it, named explicitly)."""
     table = TABLES[op]

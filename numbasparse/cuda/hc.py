@@ -54,32 +54,41 @@ def window_paths(value_dtype, index_dtype, tf32=False):
         raise ValueError(f"TF32 tensor cores take float32 values, not {value_dtype}")
     mma_tf32, to_tf32 = (mma.mma("tf32"), mma.to_tf32()) if tf32 else (None, None)
 
+    stage_value = to_tf32 if tf32 else to_compute  # the values the tiles hold
+
+    @cuda.jit(device=True, inline="always")
+    def stage(a_tile, b_tile, w, tile, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B):
+        """Window w's 16x8 ``tile`` into shared memory (its nonzeros scattered into a zeroed dense
+        tile, one entry per thread at most) and the matching 8 rows x 32 columns of B from
+        ``col0`` (cooperatively), then a barrier."""
+        t = cuda.threadIdx.x
+        n = B.shape[1]
+        width = col_ptr[w + 1] - col_ptr[w]
+        a_tile[t] = zero
+        cuda.syncthreads()
+        p = entry_ptr[tile] + t
+        if p < entry_ptr[tile + 1]:
+            a_tile[tile_slot[p]] = stage_value(data[tile_entry[p]])
+        first = (tile - tile_ptr[w]) * TILE_COLS
+        for e in range(t, b_size, THREADS):
+            k = e // COLS
+            j = col0 + e - k * COLS
+            if first + k < width and j < n:
+                b_tile[e] = stage_value(B[cols[col_ptr[w] + first + k], j])
+            else:
+                b_tile[e] = zero
+        cuda.syncthreads()
+
     @cuda.jit(device=True, inline="always")
     def tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B):
         """Dense-tile path (paper 001, Algorithm 2 and Figure 6, on CUDA cores): per 16x8 tile,
-        scatter its nonzeros into a dense shared tile (one entry per thread at most), load the
-        matching 8 rows x 32 columns of B cooperatively, then MMA-style 8-long dot products."""
+        ``stage`` it and its B rows, then MMA-style 8-long dot products."""
         t = cuda.threadIdx.x
         r = t // 8
-        n = B.shape[1]
         a_tile = cuda.shared.array(tile_size, value_type)
         b_tile = cuda.shared.array(b_size, value_type)
-        width = col_ptr[w + 1] - col_ptr[w]
         for tile in range(tile_ptr[w], tile_ptr[w + 1]):
-            a_tile[t] = zero
-            cuda.syncthreads()
-            p = entry_ptr[tile] + t
-            if p < entry_ptr[tile + 1]:
-                a_tile[tile_slot[p]] = to_compute(data[tile_entry[p]])
-            first = (tile - tile_ptr[w]) * TILE_COLS
-            for e in range(t, b_size, THREADS):
-                k = e // COLS
-                j = col0 + e - k * COLS
-                if first + k < width and j < n:
-                    b_tile[e] = to_compute(B[cols[col_ptr[w] + first + k], j])
-                else:
-                    b_tile[e] = zero
-            cuda.syncthreads()
+            stage(a_tile, b_tile, w, tile, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
             for q in range(PER_THREAD):
                 jj = t % 8 + 8 * q
                 s = acc[q]
@@ -90,33 +99,18 @@ def window_paths(value_dtype, index_dtype, tf32=False):
 
     @cuda.jit(device=True, inline="always")
     def tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B):
-        """Dense-tile path on the tensor cores (``tf32``): the tiles staged as in ``tiles_into``,
-        multiplied by mma.sync (fragment layouts: :mod:`numbasparse.cuda.mma`)."""
+        """Dense-tile path on the tensor cores (``tf32``): each tile ``stage``-d (values rounded to
+        TF32), multiplied by mma.sync (fragment layouts: :mod:`numbasparse.cuda.mma`)."""
         t = cuda.threadIdx.x
         lane = t % 32
         g, k4 = lane // 4, lane % 4
         j8 = (t // 32) * 8  # this warp's 8 columns of the 32
-        n = B.shape[1]
         a_tile = cuda.shared.array(tile_size, value_type)
         b_tile = cuda.shared.array(b_size, value_type)
         out_tile = cuda.shared.array(out_size, value_type)
-        width = col_ptr[w + 1] - col_ptr[w]
         d0 = d1 = d2 = d3 = zero
         for tile in range(tile_ptr[w], tile_ptr[w + 1]):
-            a_tile[t] = zero
-            cuda.syncthreads()
-            p = entry_ptr[tile] + t
-            if p < entry_ptr[tile + 1]:
-                a_tile[tile_slot[p]] = to_tf32(data[tile_entry[p]])
-            first = (tile - tile_ptr[w]) * TILE_COLS
-            for e in range(t, b_size, THREADS):
-                k = e // COLS
-                j = col0 + e - k * COLS
-                if first + k < width and j < n:
-                    b_tile[e] = to_tf32(B[cols[col_ptr[w] + first + k], j])
-                else:
-                    b_tile[e] = zero
-            cuda.syncthreads()
+            stage(a_tile, b_tile, w, tile, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
             d0, d1, d2, d3 = mma_tf32(a_tile[g * TILE_COLS + k4], a_tile[(g + 8) * TILE_COLS + k4],
                                       a_tile[g * TILE_COLS + k4 + 4], a_tile[(g + 8) * TILE_COLS + k4 + 4],
                                       b_tile[k4 * COLS + j8 + g], b_tile[(k4 + 4) * COLS + j8 + g], d0, d1, d2, d3)

@@ -101,12 +101,5 @@ def entries_per_segment(indptr, indices, slab_width, max_segment=None):
     nnz = int(indptr[-1]) if indptr.size else 0
     if nnz == 0:
         return 0.0
-    slab = np.asarray(indices[:nnz]) // slab_width
-    first = np.empty(nnz, bool)
-    first[0] = True
-    np.not_equal(slab[1:], slab[:-1], out=first[1:])
-    first[indptr[:-1][np.diff(indptr) > 0]] = True  # a row's first entry starts a segment
-    if max_segment is None:
-        return nnz / float(np.count_nonzero(first))
-    lengths = np.diff(np.r_[np.flatnonzero(first), nnz])
-    return nnz / float((-(-lengths // max_segment)).sum())
+    starts = _segments(indptr, indices, indptr.size - 1, slab_width, max_segment or nnz)[2]
+    return nnz / float(starts.size)
