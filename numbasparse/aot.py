@@ -46,7 +46,7 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
     found on disk, compiled and stored, and compiled without an intact file to replace."""
     from numba import cuda
 
-    from . import api, csr
+    from . import api, arrays, csr
     from .cuda import launch
     from .cuda.device import gpu_present, simulator_enabled
     from .disk import cache_dir
@@ -69,10 +69,12 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
         if progress:
             _bar(done - 1, len(steps), f"{dtype.name}/{index_dtype.name} N={k} {name}")
         A = csr.CSR.from_scipy(graphs[name], dtype=dtype, index_dtype=index_dtype)
-        B = cuda.to_device(rng.standard_normal((A.shape[1], k)).astype(dtype))
-        X = cuda.to_device(rng.standard_normal((A.shape[0], k)).astype(dtype))
+        B = arrays.to_device(rng.standard_normal((A.shape[1], k)).astype(dtype))
+        X = arrays.to_device(rng.standard_normal((A.shape[0], k)).astype(dtype))
         for reduce in REDUCTIONS:
             api.spmm(A, B, reduce=reduce)
+            if name == "short rows":
+                _hp_variants(A, B, reduce)
         api.sddmm(A, X, B)
         if A.shape[0] == A.shape[1]:
             api.graph_attention(A, X, X, X)  # the fused attention kernel (and its softmax)
@@ -82,6 +84,24 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
         sys.stderr.write("\n")
     counts = {key: launch.kernel_file_counts[key] - before[key] for key in before}
     return dict(counts, seconds=round(time.perf_counter() - start, 1))
+
+
+def _hp_variants(A, B, reduce):
+    """Every HP-SpMM kernel variant of this width and dtype (gather depth x launch mode): which one
+    ``auto`` runs depends on the graph's row lengths and hub rows, and no set of small graphs is
+    sure to reach them all at every width."""
+    from numba import cuda
+
+    from .cuda import hp
+    from .dtypes import is_half, storage_dtype
+
+    if is_half(A.dtype):  # the kernels take 16-bit floats as their bits
+        B = B.view(np.uint16)
+    C = cuda.device_array((A.shape[0], B.shape[1]), storage_dtype(A.dtype))
+    scale = 2 if is_half(A.dtype) else 1
+    for depth in (1, scale * hp.GATHER_DEPTH):
+        for single in (True,) if is_half(A.dtype) else (True, False):  # 16-bit C: single launch only
+            hp.spmm_hp(A, B, C, reduce, depth=depth, single=single)
 
 
 def _bar(done, total, what, width=30):

@@ -358,6 +358,16 @@ def device_storage(array):
     return array.view(np.uint16) if is_half(array.dtype) else array
 
 
+def to_device(array):
+    """A Numba device copy of a host array in its own dtype; a bfloat16 one is uploaded as its
+    bits and viewed back (Numba's upload takes no buffer of ml_dtypes' bfloat16)."""
+    from numba import cuda
+
+    if is_half(array.dtype):
+        return cuda.to_device(array.view(np.uint16)).view(array.dtype)
+    return cuda.to_device(array)
+
+
 def host_values(array, dtype):
     """A downloaded device array of storage dtype as values of ``dtype`` (a view)."""
     return array.view(dtype) if is_half(dtype) else array

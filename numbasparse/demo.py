@@ -5,6 +5,7 @@ fused on CUDA), SDDMM per algorithm."""
 import numpy as np
 
 from . import api, dispatch, graphs
+from .arrays import to_device
 from .bench.timing import time_cuda, time_host
 from .csr import CSR, canonical_csr
 from .dtypes import as_dtype
@@ -22,10 +23,8 @@ def _rows_for_graph(name, A, n_cols, dtype, backend, rng):
     X = rng.standard_normal((A.shape[0], n_cols)).astype(dtype)
     Y = rng.standard_normal((A.shape[1], n_cols)).astype(dtype)
     if backend == "cuda":
-        from numba import cuda
-
         A_op = CSR.from_scipy(A, dtype=dtype)
-        B_op, X_op, Y_op = cuda.to_device(B), cuda.to_device(X), cuda.to_device(Y)
+        B_op, X_op, Y_op = to_device(B), to_device(X), to_device(Y)
         timer, to_host = time_cuda, (lambda a: a.copy_to_host())
     else:
         A_op, B_op, X_op, Y_op = canonical_csr(A, dtype=dtype), B, X, Y
@@ -42,7 +41,7 @@ def _rows_for_graph(name, A, n_cols, dtype, backend, rng):
             ms, _ = timer(run)
             yield name, "spmm", algo, reduce, backend, err, ms, err <= tolerance
     W = rng.standard_normal((n_cols, 16)).astype(dtype)
-    W_op = cuda.to_device(W) if backend == "cuda" else W
+    W_op = to_device(W) if backend == "cuda" else W
     run = lambda: api.spmm_dense(A_op, B_op, W_op)  # noqa: E731
     err = relative_error(to_host(run()), spmm_reference(A, B) @ W.astype(np.float64))
     ms, _ = timer(run)

@@ -153,3 +153,14 @@ def test_a_dlpack_array_cannot_be_out():
     A = sp.random(5, 6, density=0.5, format="csr", random_state=1)
     with pytest.raises(TypeError, match="out must be"):
         ns.spmm(A, np.ones((6, 3)), out=DLPackOnly(np.zeros((5, 3))))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_to_device_keeps_the_dtype_and_the_values(dtype):
+    from numbasparse.arrays import to_device
+    from numbasparse.dtypes import as_dtype
+
+    host = np.random.default_rng(0).standard_normal((5, 3)).astype(as_dtype(dtype))
+    copy = to_device(host)
+    assert copy.dtype == host.dtype
+    np.testing.assert_array_equal(copy.copy_to_host().view(np.uint8), host.view(np.uint8))

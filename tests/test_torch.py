@@ -236,9 +236,10 @@ def test_cuda_graph_capture_of_a_training_step_replays_it(reduce):
         torch.cuda.synchronize()
         captured_loss, captured_grad = loss.clone(), grad.clone()
         eager_loss, eager_grad = step()
-        # (float32 sums through atomics: the order of additions differs from run to run)
-        torch.testing.assert_close(captured_loss, eager_loss, rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(captured_grad, eager_grad, rtol=1e-4, atol=1e-4)
+        # float32 sums through atomics add in another order on every run, and a gradient entry
+        # can be a sum that nearly cancels: compare by norm (a stale replay would be far off)
+        torch.testing.assert_close(captured_loss, eager_loss, rtol=1e-4, atol=0)
+        assert ((captured_grad - eager_grad).norm() / eager_grad.norm()).item() < 1e-5
 
 
 @pytest.mark.parametrize("op", ["spmm", "max", "sddmm", "attention"])

@@ -244,3 +244,30 @@ def test_a_kernel_factory_takes_positional_or_keyword_parameters_only():
         @launch.kernel_factory
         def factory(value_dtype, *, depth=1):
             return None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
+    """Which HP-SpMM variant auto runs (gather depth, launch mode) depends on the graph: precompile
+    makes all of them for each width and dtype, 16-bit ones in their single launch only."""
+    import scipy.sparse as sp
+    from numbasparse import aot, arrays, csr
+    from numbasparse.cuda import hp
+    from numbasparse.dtypes import as_dtype
+
+    made = []
+    factory = hp.spmm_hp_kernel
+
+    def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None):
+        made.append((depth, single))
+        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt)
+
+    monkeypatch.setattr(hp, "spmm_hp_kernel", recording)
+    dtype = as_dtype(dtype)
+    A = csr.CSR.from_scipy(sp.random(6, 5, density=0.4, format="csr", random_state=0), dtype=dtype)
+    B = arrays.to_device(np.random.default_rng(0).standard_normal((5, 8)).astype(dtype))
+    aot._hp_variants(A, B, "sum")
+    if dtype.itemsize == 2:
+        assert sorted(made) == [(1, True), (4, True)]
+    else:
+        assert sorted(made) == [(1, False), (1, True), (2, False), (2, True)]
