@@ -295,31 +295,34 @@ def spmm_dense(A, X, W, *, backend="auto"):
     return arrays.host_result(x, _download(out, x.dtype))
 
 
-def sddmm_spmm(A, X, Y, Z, *, fused=True, backend="auto"):
+def sddmm_spmm(A, X, Y, Z, *, fused="auto", backend="auto"):
     """``(A ⊙ (X Y^T)) Z``: SDDMM then SpMM with its result as the sparse matrix (CS267 report).
 
     A: scipy.sparse or :class:`CSR` (M, N); X: (M, K); Y: (N, K); Z: (N, F); of one value dtype,
-    all NumPy or all CUDA arrays.  fused: one CUDA kernel (a warp per row; scores never
-    stored), else HP-SDDMM then HP-SpMM.  Returns (M, F) of X's dtype and kind.
+    all NumPy or all CUDA arrays.  fused: True for one CUDA kernel (a warp per row; scores never
+    stored), False for HP-SDDMM then HP-SpMM, "auto" (default) for the fused kernel where A's
+    longest row is short enough that one warp per row does not wait on it
+    (:func:`numbasparse.dispatch.fuse_pays`).  Returns (M, F) of X's dtype and kind.
     """
     return _scores_times(A, X, Y, Z, ("X", "Y", "Z"), softmax=False, fused=fused, backend=backend)
 
 
-def graph_attention(A, Q, K, V, *, fused=True, backend="auto"):
+def graph_attention(A, Q, K, V, *, fused="auto", backend="auto"):
     """Attention over a graph's edges, ``softmax_row(A ⊙ (Q K^T)) V``: for each row i,
     ``sum_j w_ij V[j]`` with ``w_ij = softmax over the stored j of a_ij <Q[i], K[j]>`` (the
     GAT pattern SDDMM -> edge softmax -> SpMM).  Rows with no stored entry give 0.
 
-    A: scipy.sparse or :class:`CSR` (M, N); Q: (M, D); K: (N, D); V: (N, F).  fused: one CUDA
-    kernel with an online softmax, else HP-SDDMM, an edge-softmax kernel and HP-SpMM.
+    A: scipy.sparse or :class:`CSR` (M, N); Q: (M, D); K: (N, D); V: (N, F).  fused: True for one
+    CUDA kernel with an online softmax, False for HP-SDDMM, an edge-softmax kernel and HP-SpMM,
+    "auto" (default) as in :func:`sddmm_spmm`.
     """
     return _scores_times(A, Q, K, V, ("Q", "K", "V"), softmax=True, fused=fused, backend=backend)
 
 
 def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
     A = sparse_operand(A)
-    if not isinstance(fused, (bool, np.bool_)):
-        raise TypeError(f"fused must be True or False, got {type(fused).__name__} {fused!r}")
+    if not (isinstance(fused, (bool, np.bool_)) or (isinstance(fused, str) and fused == "auto")):
+        raise TypeError(f"fused must be True, False or 'auto', got {type(fused).__name__} {fused!r}")
     x, y, z = _operands(*zip(names, (X, Y, Z)))
     m, n = A.shape
     if x.shape[0] != m or y.shape[0] != n or z.shape[0] != n:

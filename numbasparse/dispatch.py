@@ -29,6 +29,13 @@ spmm      ``hp`` elsewhere                                       balanced by non
                                                                  never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
 sddmm     ``hp`` (CPU: ``cpu_rows``)                             ("HP-SpMM and HP-SDDMM")
+fused     ``sddmm_spmm``/``graph_attention`` in one kernel       9 graphs x K = 32, 64 (H200): fused
+          where A's longest row has <= FUSE_MAX_ROW entries      1.1-3.6x faster back to back at a
+          (:func:`fuse_pays`), else HP-SDDMM, [edge softmax],    longest row of 99-307, 1.4-3.4x
+          HP-SpMM: the fused kernel walks each row in one        slower at 1065-1383 ("Fused
+          warp, so its time is at least the longest row's       SDDMM->SpMM and attention")
+          chain (0.5-0.9 us per entry), while the unfused
+          path splits rows at the cost of three launches
 ========= ====================================================== =================================
 
 HP-SpMM's own layout, depth, DTP and launch-mode rules live with the kernel
@@ -43,6 +50,7 @@ from ._compat import scipy_sparse as sp
 from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
 from .dtypes import HALF_NAMES, storage_dtype
+from .preprocess.rows import longest_row
 from .preprocess.slab_tiles import entries_per_segment
 
 BACKENDS = ("auto", "cuda", "cpu")
@@ -53,6 +61,11 @@ BACKENDS = ("auto", "cuda", "cpu")
 #: citation graphs, 1-1.5: slower), then checked on the 18 shared graphs (table above).
 SLAB_MIN_SEGMENT = 4.0
 SLAB_MIN_COLUMNS = 64
+
+#: ``fused="auto"`` fuses SDDMM->SpMM and attention where A's longest row has at most this many
+#: entries (table above: fused faster up to 307, slower from 1065; the crossover is the unfused
+#: path's time over the fused kernel's time per entry of the longest row, 490-570 measured).
+FUSE_MAX_ROW = 512
 
 
 #: ``Algorithm.dtypes``: every algorithm takes FULL_DTYPES; those marked ALL_DTYPES also 16-bit ones.
@@ -98,10 +111,19 @@ def _sddmm_blocked(A, X, Y, out, *, stream=0):
     tiled.sddmm_tiled(A, X, Y, out, tiled.cs267_sddmm_schedule(X.shape[1]), stream=stream)
 
 
+def fuse_pays(A):
+    """True where ``fused="auto"`` runs the fused kernel on device :class:`~numbasparse.CSR` A: its
+    longest row has at most FUSE_MAX_ROW entries (the answer kept in ``A.cache``)."""
+    return A.cache.get_or_build("plans", ("longest_row",), lambda: longest_row(A.host_indptr)) <= FUSE_MAX_ROW
+
+
 def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
     """``out = f(A ⊙ (X Y^T)) Z`` with f the identity or the per-row softmax (graph attention).
-    fuse: one kernel (:mod:`numbasparse.cuda.fused`), else HP-SDDMM, [edge softmax], HP-SpMM
-    with the scores as A's values (three launches and an nnz-long intermediate)."""
+    fuse: True for one kernel (:mod:`numbasparse.cuda.fused`), False for HP-SDDMM, [edge
+    softmax], HP-SpMM with the scores as A's values (three launches and an nnz-long
+    intermediate), "auto" for :func:`fuse_pays`'s choice."""
+    if fuse == "auto":
+        fuse = fuse_pays(A)
     if fuse:
         (fused.attention if softmax else fused.sddmm_spmm)(A, X, Y, Z, out, stream=stream)
         return

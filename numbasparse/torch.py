@@ -240,9 +240,9 @@ def _score_grads(needs, graph_key, values, X, Y, ds):
 
 
 def _scores_times_forward(values, X, Y, Z, rows, graph_key, softmax):
-    """out = f(s) Z with s = values ⊙ <X_i, Y_j> and f the identity or the row softmax, in one
-    fused kernel on CUDA; the backward recomputes s (it is never stored).  ``rows``: each
-    entry's row (the backward's softmax needs it as an input, not a constant)."""
+    """out = f(s) Z with s = values ⊙ <X_i, Y_j> and f the identity or the row softmax (fused
+    where it pays on CUDA, ``fused="auto"``); the backward recomputes s (it is never stored).
+    ``rows``: each entry's row (the backward's softmax needs it as an input, not a constant)."""
     fn = api.graph_attention if softmax else api.sddmm_spmm
     return fn(_graph(graph_key).matrix(values), X.detach().contiguous(), Y.detach().contiguous(),
               Z.detach().contiguous())
@@ -441,13 +441,15 @@ def sddmm(graph, X, Y, values=None):
 
 
 def sddmm_spmm(graph, X, Y, Z, values=None):
-    """``(A ⊙ (X Y^T)) Z`` in one fused kernel forward; differentiable in X, Y, Z, values."""
+    """``(A ⊙ (X Y^T)) Z`` (forward fused where it pays: ``ns.sddmm_spmm(fused="auto")``);
+    differentiable in X, Y, Z, values."""
     X, Y, Z, values = _autocast(X, Y, Z, graph.values if values is None else values)
     return _run("scores_times", _values(graph, values, X), X, Y, Z, graph._rows, graph.key, False)
 
 
 def graph_attention(graph, Q, K, V, values=None):
-    """``softmax_row(A ⊙ (Q K^T)) V`` fused forward (online softmax); differentiable in all."""
+    """``softmax_row(A ⊙ (Q K^T)) V`` (forward fused where it pays, with an online softmax:
+    ``ns.graph_attention(fused="auto")``); differentiable in all."""
     Q, K, V, values = _autocast(Q, K, V, graph.values if values is None else values)
     return _run("scores_times", _values(graph, values, Q), Q, K, V, graph._rows, graph.key, True)
 

@@ -1138,7 +1138,7 @@ def fused_recipes(draw, op, cuda=False):
         r["backend"] = pick(draw, ["cuda", "cuda", "auto"], BAD_BACKENDS + ["cpu"], 6)
     else:
         r["backend"] = pick(draw, ["cpu", "auto"], BAD_BACKENDS, 6)
-    r["fused"] = pick(draw, [True, False], BAD_FUSED, 10)
+    r["fused"] = pick(draw, [True, False, "auto"], BAD_FUSED, 10)
     r["warm"] = draw(st.booleans())
     return r
 
@@ -1205,7 +1205,7 @@ def build_scores_times(r):
             v.need(RAISE, f"{X.shape}, {Y.shape}, {Z.shape} for A {M}x{N}")
     device = all(d.place == "device" for d in (X, Y, Z))
     runs = _backend_only(v, r["backend"], device, r["cuda"])
-    if not isinstance(r["fused"], (bool, np.bool_)):
+    if not (isinstance(r["fused"], (bool, np.bool_)) or r["fused"] == "auto"):
         v.need(EITHER, f"fused={r['fused']!r}")
     fn = ns.graph_attention if softmax else ns.sddmm_spmm
     call = warmed(lambda: fn(sparse.A, X.obj, Y.obj, Z.obj, fused=r["fused"], backend=r["backend"]), sparse, r["warm"])

@@ -54,6 +54,12 @@ def empty_rows_per_group(indptr, nnz_per_group):
     return int(np.bincount(owner).max()) if owner.size else 0
 
 
+def longest_row(indptr):
+    """Entries in the longest row (0 for a matrix with no rows)."""
+    indptr = np.asarray(indptr, np.int64)
+    return int(np.diff(indptr).max()) if indptr.size > 1 else 0
+
+
 def longest_first(indptr, balance=True):
     """Row order: longest rows first (G-Sparse's row load balancing) when ``balance``, else
     0..M-1; int64."""

@@ -72,3 +72,22 @@ def test_with_values_shares_the_pattern():
         dev.with_values(cuda.to_device(np.ones(3, np.float32)))
     with pytest.raises(TypeError, match="CUDA"):
         dev.with_values(np.ones(3))
+
+
+@pytest.mark.parametrize("op", ["sddmm_spmm", "graph_attention"])
+def test_auto_fuses_where_the_longest_row_is_short_and_matches_both_paths(op, monkeypatch):
+    """fused="auto" runs the fused kernel unless a row is longer than FUSE_MAX_ROW (the fused
+    kernel's one warp per row would wait on it); both choices give the reference's result."""
+    from numbasparse import dispatch
+
+    rng = np.random.default_rng(5)
+    A = _graph((12, 9), rng)
+    X, Y, Z = (rng.standard_normal(s).astype(np.float32) for s in ((12, 8), (9, 8), (9, 6)))
+    reference = {"sddmm_spmm": sddmm_spmm_reference, "graph_attention": attention_reference}[op]
+    longest = int(np.diff(A.indptr).max())
+    for limit, expect_fused in ((longest, True), (longest - 1, False)):
+        monkeypatch.setattr(dispatch, "FUSE_MAX_ROW", limit)
+        dev = ns.CSR.from_scipy(A, dtype=np.float32)
+        assert dispatch.fuse_pays(dev) is expect_fused
+        out = getattr(ns, op)(dev, cuda.to_device(X), cuda.to_device(Y), cuda.to_device(Z))
+        assert_close(out.copy_to_host(), reference(A, X, Y, Z), np.float32)
