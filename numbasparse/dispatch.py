@@ -31,7 +31,7 @@ spmm      ``hp`` elsewhere                                       balanced by non
 sddmm     ``hp`` (CPU: ``cpu_rows``)                             ("HP-SpMM and HP-SDDMM")
 fused     ``sddmm_spmm``/``graph_attention`` in one kernel       9 graphs x K = 32, 64 (H200): fused
           where A's longest row has <= FUSE_MAX_ROW entries      1.1-3.6x faster back to back at a
-          (:func:`fuse_pays`), else HP-SDDMM, [edge softmax],    longest row of 99-307, 1.4-3.4x
+          (:func:`fuse_pays`), else HP-SDDMM, [edge softmax],    longest row of 99-307, 1.2-3.4x
           HP-SpMM: the fused kernel walks each row in one        slower at 1065-1383 ("Fused
           warp, so its time is at least the longest row's       SDDMM->SpMM and attention")
           chain (0.5-0.9 us per entry), while the unfused

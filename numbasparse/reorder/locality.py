@@ -101,6 +101,10 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     record["natural_fetches"] = natural = predicted_fetches(pattern, np.arange(n_rows), held)
     record["model_seconds"] += time.perf_counter() - start
     permute_bytes = 2 * (k + n_rows) * n_cols * itemsize  # B gathered in, C gathered out: read + write
+    used_columns = int(np.count_nonzero(np.bincount(A.indices, minlength=k)))
+    if (natural - used_columns) * row_bytes <= permute_bytes:  # no order fetches a row less than once
+        return None, None, dict(record, why="even one fetch per B row would not pay for the per-call "
+                                             "permutations")
     best = (None, None)
     for method, order in candidates:
         fresh = method not in computed

@@ -286,7 +286,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             ranked.append(Candidate.of("hp"))
             _, group = hp.sddmm_layout(n_cols, itemsize, X, Y)
             npw = hp.nnz_per_warp(A.nnz, 1)
-            groups = [g for g in (group, group // 2, group // 4) if g >= 1]
+            groups = [g for g in (group, 2 * group, group // 2) if 1 <= g <= hp.WARP]
             npws = sorted({npw, max(1, npw // 2), 2 * npw})
             ranked += [Candidate.of("hp", group=g, nnz_per_warp=w) for g in groups for w in npws
                        if (g, w) != (group, npw)]

@@ -57,3 +57,13 @@ def test_an_order_is_taken_where_it_pays_back_and_only_there():
 
 def test_empty_graph_keeps_the_order():
     assert locality.choose_order(sp.csr_matrix((50, 50), dtype=np.float32), 8, 4, 64, 1e9)[0] is None
+
+
+def test_no_order_is_computed_where_even_one_fetch_per_row_cannot_pay_the_permutations(monkeypatch):
+    """The band's own order already fetches each B row about once: the permutations' bytes
+    exceed anything an order could save, so no candidate order is computed."""
+    computed = []
+    spy = (("rcm", lambda A: computed.append("rcm") or np.arange(A.shape[0])),)
+    method, _, record = locality.choose_order(band_graph(3000, 10), 8, 4, l2_bytes=2048, bandwidth=1e9,
+                                              candidates=spy)
+    assert method is None and computed == [] and "per-call permutations" in record["why"]
