@@ -144,7 +144,7 @@ def cache_path():
 
 #: Part of every cache key: raise it when the schedule space or a family's parameters change, so
 #: that choices made among other candidates are timed again.
-SPACE_VERSION = 1
+SPACE_VERSION = 2
 
 
 def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", families=None):
@@ -365,21 +365,32 @@ def choose(A, op, n_cols, dtype, reduce="sum", *, families=FAMILIES, top_k=None)
     return A.cache.get_or_build("plans", ("tuned", op, reduce, n_cols, dtype.name, families), build)
 
 
+#: A candidate is timed in batches of back-to-back calls lasting about BATCH_MS (at most MAX_BATCH
+#: calls): one call between events would time the host's launch path too, which differs between
+#: candidates (a memset before the kernel, a single launch) by more than their kernels do on small
+#: graphs, and was 0.91-0.96x against auto back to back in 2 of 14 cases (BENCHMARKS.md).
+BATCH_MS, MAX_BATCH = 1.0, 20
+
+
 def _timer(A, op, operands, reduce="sum"):
-    """``time(candidate) -> ms``: median of 5 launches between CUDA events on ``operands``, after
+    """``time(candidate) -> ms`` per call: launches issued back to back between CUDA events (as a
+    training loop issues them: a candidate's host work overlaps the GPU's, so the time is what a
+    loop sees, not a lone call's launch latency), batches of about BATCH_MS, median of 5, after
     a warm-up launch (which compiles)."""
     from numba import cuda
+
+    def batch(candidate, calls):
+        start, stop = cuda.event(), cuda.event()
+        start.record()
+        for _ in range(calls):
+            run(candidate, op, A, operands, reduce)
+        stop.record()
+        stop.synchronize()
+        return cuda.event_elapsed_time(start, stop) / calls
 
     def time_candidate(candidate, repeat=5):
         run(candidate, op, A, operands, reduce)
         cuda.synchronize()
-        times = []
-        for _ in range(repeat):
-            start, stop = cuda.event(), cuda.event()
-            start.record()
-            run(candidate, op, A, operands, reduce)
-            stop.record()
-            stop.synchronize()
-            times.append(cuda.event_elapsed_time(start, stop))
-        return float(np.median(times))
+        calls = int(min(MAX_BATCH, max(1, BATCH_MS / max(batch(candidate, 1), 1e-3))))
+        return float(np.median([batch(candidate, calls) for _ in range(repeat)]))
     return time_candidate
