@@ -2,6 +2,8 @@
 
     python benchmarks/distributed.py volumes DATA_DIR [--parts 2,4,8] [--n 64]
     python benchmarks/distributed.py time [--graph rmat:16] [--ranks 1,2,4] [--backend gloo|nccl] [--n 64]
+    python benchmarks/distributed.py scaling [--backend nccl] [--ranks 1,2,4] [--strong SPEC,...]
+        [--weak SCALE] [--n 64,256] [--gcn 256,256,64] [--deadline SECONDS] [--out FILE.jsonl]
 
 ``volumes`` (no process group, no GPU): for each ``*.npz`` graph and P, per partitioning
 (contiguous vs Louvain): the largest halo (rows a rank receives per exchange), the total over
@@ -12,6 +14,17 @@ nonzeros-plus-rows over the mean).
 P in ``--ranks`` and partitioning, and reports the median over 20 calls of one ``spmm`` (sum) of
 N columns, split into the halo exchange and the local kernel (the slowest rank's), with the
 speed-up over P = 1.
+
+``scaling``: one world of max(P) ranks (one GPU each with nccl) and a process subgroup per P, so
+every P is timed in the same processes (one start-up, one compile).  Strong scaling: each
+``--strong`` graph at every P, contiguous and Louvain partitions (Louvain computed once per
+graph, packed per P; skipped above ``--louvain-max-nnz``); weak scaling: ``rmat:S+log2(P)`` at
+P ranks (nodes per rank fixed), contiguous.  Per case: the distributed ``spmm`` of each N
+checked against a float64 product of the rank's rows, then timed (median of 20, slowest rank):
+the halo exchange, the local kernel, and the whole call; and a 2-layer GCN training step
+(features, hidden, classes from ``--gcn``: forward, backward, gradient all-reduce).  Speed-up and
+efficiency are against P = 1 of the same graph and partition.  Each row is appended to
+``--out`` as it is measured; cases that would start after ``--deadline`` seconds are skipped.
 """
 import argparse
 import json
@@ -19,6 +32,7 @@ import os
 import socket
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +135,198 @@ def timing(args):
         Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+# NVLink multicast stays off (the device machines' rule; NCCL would otherwise use it on NVSwitch hosts).
+MULTICAST_OFF = dict(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+
+
+def _median_max(values, group, device):
+    """The median of this rank's ``values``, the largest over the ranks of ``group``."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(np.median(values))], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.item()
+
+
+def _scaling_rank(rank, world, port, args, start):
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **MULTICAST_OFF)
+    warnings.filterwarnings("ignore", message="Sparse")  # torch's beta notes on the float64 reference
+    import numbasparse  # noqa: F401 (its numpy compatibility measures before Numba compiles)
+    gpu = args.backend == "nccl"
+    if gpu:  # torch and Numba on this rank's GPU (Numba follows the thread's current context)
+        torch.cuda.set_device(rank)
+        from numba import cuda
+        cuda.select_device(rank)
+    device = torch.device("cuda", rank) if gpu else torch.device("cpu")
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    dist.init_process_group(args.backend, rank=rank, world_size=world)
+    import numbasparse.distributed as nsd
+    import numbasparse.torch as nst
+    from numbasparse import graphs
+    from numbasparse.reorder import louvain
+
+    ranks = sorted({int(p) for p in args.ranks.split(",")})
+    groups = {P: (None if P == world else dist.new_group(list(range(P)))) for P in ranks}
+    widths = [int(n) for n in args.n.split(",")]
+    f_in, hidden, classes = (int(x) for x in args.gcn.split(","))
+    out = Path(args.out) if args.out else None
+    base = {}
+
+    def emit(row):
+        if rank != 0:
+            return
+        key = (row["scaling"], row["graph_family"], row["method"], row["op"], row.get("n"))
+        if row["P"] == ranks[0]:
+            base[key] = row["ms"] * ranks[0]
+        if key in base:
+            row["speedup"] = base[key] / row["ms"]
+            ideal = row["P"] if row["scaling"] == "strong" else 1.0
+            row["efficiency"] = (row["speedup"] if row["scaling"] == "strong" else base[key] / row["ms"]) / ideal
+        if out:
+            with open(out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        print(f"{row['scaling']:<6} {row['graph']:<14} {row['method']:<10} {row['P']:>2} {row['op']:<8} "
+              f"{row.get('n', ''):>4} {row['ms']:>9.3f} ms  exchange {row.get('exchange_ms', float('nan')):8.3f}  "
+              f"local {row.get('local_ms', float('nan')):8.3f}  speed-up {row.get('speedup', float('nan')):5.2f}  "
+              f"eff {row.get('efficiency', float('nan')):5.2f}  err {row.get('error', float('nan')):.1e}", flush=True)
+
+    def go():
+        """Rank 0 decides for everyone whether the next case starts (no rank may skip alone)."""
+        flag = torch.tensor([float(time.time() - start < args.deadline)], device=device)
+        dist.broadcast(flag, 0)
+        return bool(flag.item())
+
+    def times(fn, group, reps=20, warmup=3):
+        samples = []
+        for i in range(warmup + reps):
+            dist.barrier(group=group)
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            if i >= warmup:
+                samples.append(time.perf_counter() - t0)
+        return samples
+
+    def case(scaling, family, spec, A, method, P, part):
+        group = groups[P]
+        if rank >= P:
+            return
+        dg = nsd.DistGraph(A, partition=part, group=group, device=device)
+        info = dict(scaling=scaling, graph_family=family, graph=Path(spec).stem if spec.endswith(".npz") else spec,
+                    nodes=A.shape[0], nnz=int(A.nnz), method=method, P=P, backend=args.backend)
+        halo = torch.tensor([dg.n_halo, dg.n_halo, dg.graph.nnz],
+                            dtype=torch.float64, device=device)
+        total = halo.clone()
+        dist.all_reduce(halo, op=dist.ReduceOp.MAX, group=group)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
+        info.update(max_halo_rows=int(halo[0]), total_halo_rows=int(total[1]), max_local_nnz=int(halo[2]))
+        local_rows = A[dg.nodes].tocsr()
+        ref_A = torch.sparse_csr_tensor(torch.as_tensor(local_rows.indptr, dtype=torch.int64),
+                                        torch.as_tensor(local_rows.indices, dtype=torch.int64),
+                                        torch.as_tensor(local_rows.data, dtype=torch.float64),
+                                        size=local_rows.shape, device=device)
+        gen = torch.Generator(device=device).manual_seed(7)
+        nodes = torch.as_tensor(dg.nodes, device=device)
+        for n in widths:
+            X_full = torch.randn(A.shape[0], n, generator=gen, device=device)  # the same on every rank
+            X = X_full[nodes].contiguous()
+            got = nsd.spmm(dg, X).double()
+            ref = torch.sparse.mm(ref_A, X_full.double())
+            error = torch.tensor([(torch.linalg.norm(got - ref) / torch.linalg.norm(ref).clamp(min=1e-300)).item()],
+                                 dtype=torch.float64, device=device)
+            dist.all_reduce(error, op=dist.ReduceOp.MAX, group=group)
+            del X_full, got, ref
+            state = {}
+
+            def exchange():
+                state["ext"] = nsd.halo_exchange(dg, X)
+
+            def local():
+                nst.spmm(dg.graph, state["ext"])
+
+            ex = _median_max(times(exchange, group), group, device)
+            loc = _median_max(times(local, group), group, device)
+            call = _median_max(times(lambda: nsd.spmm(dg, X), group), group, device)
+            emit(dict(info, op="spmm", n=n, ms=call * 1e3, exchange_ms=ex * 1e3, local_ms=loc * 1e3,
+                      exchange_mb=info["max_halo_rows"] * n * 4 / 2**20, error=error.item()))
+        # a 2-layer GCN training step: forward, backward, gradients summed over the ranks
+        torch.manual_seed(0)
+        X = torch.randn(dg.n_owned, f_in, device=device)
+        W1 = torch.nn.Parameter(torch.randn(f_in, hidden, device=device) / f_in ** 0.5)
+        W2 = torch.nn.Parameter(torch.randn(hidden, classes, device=device) / hidden ** 0.5)
+
+        def step():
+            H = torch.relu(nsd.spmm(dg, X @ W1))
+            loss = nsd.spmm(dg, H @ W2).square().mean()
+            W1.grad = W2.grad = None
+            loss.backward()
+            for w in (W1, W2):
+                dist.all_reduce(w.grad, group=group)
+
+        ms = _median_max(times(step, group, reps=10), group, device) * 1e3
+        emit(dict(info, op="gcn_step", n=f"{f_in}-{hidden}-{classes}", ms=ms))
+
+    loaded = {}
+
+    def load(spec):
+        if spec in loaded:
+            return loaded[spec]
+        t = time.perf_counter()
+        A = loaded[spec] = graphs.from_spec(spec).tocsr()
+        if rank == 0:
+            print(f"# {spec}: {A.shape[0]} nodes, {A.nnz} nonzeros, loaded in {time.perf_counter() - t:.1f} s",
+                  flush=True)
+        return A
+
+    try:
+        for spec in [s for s in args.strong.split(",") if s]:
+            if not go():
+                break
+            A = load(spec)
+            family = Path(spec).stem if spec.endswith(".npz") else spec
+            methods = ["contiguous"] + (["louvain"] if A.nnz <= args.louvain_max_nnz else [])
+            for method in methods:
+                if not go():
+                    break
+                labels = louvain(A, seed=0) if method == "louvain" else None
+                for P in ranks:
+                    if not go():
+                        break
+                    part = (nsd.partition(A, P, "contiguous") if labels is None else
+                            nsd.Partition(nsd._pack(labels, np.diff(A.indptr) + 1.0, P), P))
+                    case("strong", family, spec, A, method, P, part)
+                    dist.barrier()
+        if args.weak:
+            for P in ranks:
+                if not go():
+                    break
+                spec = f"rmat:{args.weak + int(np.log2(P))}"
+                if rank < P:
+                    A = load(spec)
+                    case("weak", "rmat", spec, A, "contiguous", P, nsd.partition(A, P, "contiguous"))
+                dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def scaling(args):
+    import torch.multiprocessing as mp
+
+    world = max(int(p) for p in args.ranks.split(","))
+    if args.out:
+        Path(args.out).write_text("")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    print(f"{'kind':<6} {'graph':<14} {'method':<10} {'P':>2} {'op':<8} {'N':>4} {'time':>12}", flush=True)
+    mp.spawn(_scaling_rank, args=(world, port, args, time.time()), nprocs=world, join=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -135,8 +341,18 @@ def main():
     t.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     t.add_argument("--n", type=int, default=64)
     t.add_argument("--out")
+    c = sub.add_parser("scaling")
+    c.add_argument("--backend", choices=("gloo", "nccl"), default="nccl")
+    c.add_argument("--ranks", default="1,2,4")
+    c.add_argument("--strong", default="rmat:20", help="comma-separated graph specs, each timed at every P")
+    c.add_argument("--weak", type=int, default=0, help="R-MAT scale at P = 1 (0: no weak scaling)")
+    c.add_argument("--n", default="64,256")
+    c.add_argument("--gcn", default="256,256,64", help="GCN features,hidden,classes")
+    c.add_argument("--louvain-max-nnz", type=int, default=10_000_000)
+    c.add_argument("--deadline", type=float, default=1e9, help="seconds after which no new case starts")
+    c.add_argument("--out")
     args = parser.parse_args()
-    (volumes if args.command == "volumes" else timing)(args)
+    {"volumes": volumes, "time": timing, "scaling": scaling}[args.command](args)
 
 
 if __name__ == "__main__":
