@@ -119,6 +119,7 @@ class DistGraph:
 
     nodes: the global ids of the owned nodes (ascending); ``n_owned``, ``n_halo``.
     graph: a :class:`numbasparse.torch.Graph` of shape (n_owned, n_owned + n_halo).
+    exchanges: False where no rank of the group has a halo (then no exchange ever runs).
     values: the local entries' values (a tensor, in ``graph``'s entry order);
     ``edges()``: their global (row, column) ids.
     """
@@ -150,6 +151,11 @@ class DistGraph:
         if len(send_local) and (send_local.min() < 0 or send_local.max() >= self.n_owned):
             raise RuntimeError("internal error: a rank asked for rows this rank does not own")
         self._send_index = torch.as_tensor(send_local, dtype=torch.int64, device=self.device)
+        # Where no rank has a halo (one rank, or disconnected parts) the exchange is skipped on
+        # every rank: appending an empty halo would copy X on each call for nothing.
+        rows = torch.tensor([float(self._recv_counts.sum())], device=self._comm_device)
+        dist.all_reduce(rows, group=self.group)
+        self.exchanges = bool(rows.item() > 0)
 
     def _prepare(self, A, partition, method, dtype):
         """This rank's part, computed locally: the checks, the partition, its rows with columns
@@ -279,9 +285,10 @@ class _HaloExchange(torch.autograd.Function):
 
 def halo_exchange(dg, X):
     """``[X; halo]``: this rank's feature rows ``X`` followed by the rows of its halo nodes, fetched
-    from their owners (differentiable: the backward returns the halo's gradients to them)."""
+    from their owners (differentiable: the backward returns the halo's gradients to them); ``X``
+    itself where no rank has a halo."""
     dg._check_rows(X, "X")
-    return _HaloExchange.apply(X, dg)
+    return _HaloExchange.apply(X, dg) if dg.exchanges else X
 
 
 def spmm(dg, X, values=None, *, reduce="sum"):

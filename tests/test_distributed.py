@@ -90,6 +90,24 @@ def test_ranks_compute_what_one_process_computes(world, graph, method):
     _spawn(world, _check_against_one_process, graph, method)
 
 
+def _check_no_halo_means_no_exchange(rank, world):
+    import scipy.sparse as sp
+
+    A = graphs.powerlaw(200, seed=4)
+    blocks = sp.block_diag([A] * world, format="csr")  # one component per rank: no halo anywhere
+    for graph, exchanges in ((blocks, False), (graphs.powerlaw(200 * world, seed=4), world > 1)):
+        dg = nsd.DistGraph(graph, dtype=torch.float64)
+        assert dg.exchanges is exchanges
+        x = dg.local(torch.tensor(np.random.default_rng(rank).standard_normal((graph.shape[0], 6))))
+        assert (nsd.halo_exchange(dg, x) is x) is not exchanges
+        _close(nsd.spmm(dg, x), (graph @ dg.gather(x).numpy())[dg.nodes])
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_no_exchange_runs_where_no_rank_has_a_halo(world):
+    _spawn(world, _check_no_halo_means_no_exchange)
+
+
 def _check_mismatch_is_refused(rank, world):
     A = graphs.powerlaw(300, seed=1).tolil()
     if rank == 1:
