@@ -48,6 +48,17 @@ class _Ordered:
             host = sp.csr_matrix((host.data[self.entry_order], numbered.indices.astype(host.indices.dtype),
                                   numbered.indptr.astype(host.indptr.dtype)), shape=host.shape)
         self.A = CSR(host, dtype=dtype) if backend == "cuda" else host
+        self._by_dtype = {}
+
+    def matrix(self, dtype):
+        """The matrix the kernels see with values of ``dtype``: the dense operands decide, as in
+        :func:`numbasparse.spmm` (a device copy per dtype, converted from the plan's values once;
+        the CPU backend converts a host matrix itself)."""
+        if not isinstance(self.A, CSR) or self.A.dtype == dtype:
+            return self.A
+        if dtype not in self._by_dtype:
+            self._by_dtype[dtype] = self.A.astype(dtype)
+        return self._by_dtype[dtype]
 
     def _index(self, name, op):
         """The permutation as an array where ``op`` lives (on the device: uploaded once, kept in
@@ -87,8 +98,9 @@ class Plan:
         start = time.perf_counter()
         if reorder not in REORDERINGS:
             raise ValueError(f"reorder must be one of {REORDERINGS}, got {reorder!r}")
-        if reorder == "auto" and reorder_args:
-            raise TypeError(f"reorder='auto' takes no arguments, got {sorted(reorder_args)}")
+        if reorder in (None, "auto") and reorder_args:
+            raise TypeError(f"reorder={reorder!r} takes no arguments, got {sorted(reorder_args)} (prepare's own "
+                            f"arguments are reorder, algorithm, backend, dtype and index_dtype)")
         host = canonical_csr(A, dtype=dtype, index_dtype=index_dtype)
         if reorder is not None and host.shape[0] != host.shape[1]:
             raise ValueError(f"reorder needs a square graph, A is {host.shape[0]}x{host.shape[1]}")
@@ -140,11 +152,12 @@ class Plan:
         if b.shape[0] != self.shape[1]:
             raise ValueError(f"A has {self.shape[1]} columns but B has {b.shape[0]} rows")
         order = self._order_for(b.shape[1], b.dtype.itemsize, out)
+        A = order.matrix(b.dtype)
         if order.perm is None:
-            return api.spmm(order.A, B, reduce=reduce, algorithm=self.algorithm, backend=self.backend, out=out)
+            return api.spmm(A, B, reduce=reduce, algorithm=self.algorithm, backend=self.backend, out=out)
         if out is not None:
             raise ValueError("out is not supported on a reordered plan")
-        C = api.spmm(order.A, order.gather(b, "perm", b.shape), reduce=reduce, algorithm=self.algorithm,
+        C = api.spmm(A, order.gather(b, "perm", b.shape), reduce=reduce, algorithm=self.algorithm,
                      backend=self.backend)
         c = arrays.dense(C, "C", 2)
         return order.gather(c, "inverse", c.shape)
@@ -157,9 +170,10 @@ class Plan:
             raise ValueError(f"A is {self.shape[0]}x{self.shape[1]}, so X must have {self.shape[0]} rows "
                              f"and Y {self.shape[1]}; got X {x.shape}, Y {y.shape}")
         order = self._order_for(y.shape[1], y.dtype.itemsize)
+        A = order.matrix(x.dtype)
         if order.perm is None:
-            return api.sddmm(order.A, X, Y, algorithm=self.algorithm, backend=self.backend)
-        values = api.sddmm(order.A, order.gather(x, "perm", x.shape), order.gather(y, "perm", y.shape),
+            return api.sddmm(A, X, Y, algorithm=self.algorithm, backend=self.backend)
+        values = api.sddmm(A, order.gather(x, "perm", x.shape), order.gather(y, "perm", y.shape),
                            algorithm=self.algorithm, backend=self.backend)
         if sp.issparse(values):
             ordered = np.empty_like(values.data)

@@ -46,9 +46,31 @@ def test_plan_on_device_arrays_small():
     assert_close(values.copy_to_host(), sddmm_reference(A, B, B), np.float32)
 
 
+@pytest.mark.parametrize("reorder", [None, "rcm"])
+def test_plan_takes_operands_of_another_dtype_on_every_backend(reorder):
+    """The dense operands decide the dtype, as in spmm: a float32 plan multiplies float64 B on the
+    device as on the CPU (one converted copy of the matrix per dtype)."""
+    A = graphs.community_graph(n_nodes=24, avg_degree=3, n_communities=3, seed=1)
+    rng = np.random.default_rng()
+    B = rng.standard_normal((24, 5))
+    for backend in ("cpu", "cuda"):
+        plan = ns.prepare(A, reorder=reorder, backend=backend, algorithm="hp" if backend == "cuda" else "auto")
+        assert plan.A.dtype == np.float32
+        for _ in range(2):
+            C = plan.spmm(B if backend == "cpu" else cuda.to_device(B))
+            C = C if backend == "cpu" else C.copy_to_host()
+            assert C.dtype == np.float64
+            assert_close(C, spmm_reference(A, B), np.float32)  # A's values are float32
+            values = plan.sddmm(*(X if backend == "cpu" else cuda.to_device(X) for X in (B, B)))
+            values = values.data if backend == "cpu" else values.copy_to_host()
+            assert_close(values, sddmm_reference(A, B, B), np.float32)
+
+
 def test_prepare_refuses_bad_arguments(graph):
     with pytest.raises(ValueError, match="reorder"):
         ns.prepare(graph, reorder="metis")
+    with pytest.raises(TypeError, match="reorder=None takes no arguments, got \\['sead'\\]"):
+        ns.prepare(graph, sead=1)  # a misspelt argument is not silently ignored
     with pytest.raises(ValueError, match="square"):
         ns.prepare(sp.random(4, 5, format="csr"), reorder="loa")
 
