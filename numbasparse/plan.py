@@ -7,8 +7,11 @@ from ._compat import scipy_sparse as sp
 from . import api, arrays, dispatch
 from .cuda.device import gpu_present
 from .csr import CSR, canonical_csr
+from .dtypes import check_value_dtype
 
 REORDERINGS = (None, "auto", "louvain", "loa", "rcm", "degree")
+#: Whose node order a plan's operands and results are in (see :func:`prepare`).
+NODE_ORDERS = ("caller", "plan")
 
 
 def _permutation(host, reorder, reorder_args):
@@ -85,8 +88,10 @@ class _Ordered:
 class Plan:
     """A graph ready for repeated products (see :func:`prepare`).
 
-    ``perm[new] = old`` is the node order the kernels see (None: the caller's); inputs are
-    permuted on the way in and results back on the way out, so callers never see it.
+    ``perm[new] = old`` is the node order the kernels see (None: the caller's).  With
+    ``node_order="caller"`` inputs are permuted on the way in and results back on the way out, so
+    callers never see it; with ``node_order="plan"`` operands and results are in that order
+    (:meth:`to_plan_order`, :meth:`to_caller_order` convert once).
     ``preprocess_seconds`` is the whole preparation time, ``reorder_seconds`` the part spent
     computing permutations (with ``reorder="auto"``, and predicting their effect).  With
     ``reorder="auto"``, ``decisions`` maps each width N called so far to the record of
@@ -94,10 +99,19 @@ class Plan:
     ``perm`` and ``A`` are those of the order taken last.
     """
 
-    def __init__(self, A, reorder, algorithm, backend, dtype, index_dtype, reorder_args):
+    def __init__(self, A, reorder, algorithm, backend, dtype, index_dtype, node_order, n_cols, reorder_args):
         start = time.perf_counter()
         if reorder not in REORDERINGS:
             raise ValueError(f"reorder must be one of {REORDERINGS}, got {reorder!r}")
+        if node_order not in NODE_ORDERS:
+            raise ValueError(f"node_order must be one of {NODE_ORDERS}, got {node_order!r}")
+        decide_now = reorder == "auto" and node_order == "plan"
+        if (n_cols is not None) != decide_now:
+            raise ValueError("n_cols is the width that reorder='auto' decides for once, with node_order='plan' (the "
+                             f"caller's features take one order for every call): give it there and only there, "
+                             f"got n_cols={n_cols!r} with reorder={reorder!r}, node_order={node_order!r}")
+        if decide_now and (isinstance(n_cols, bool) or not isinstance(n_cols, (int, np.integer)) or n_cols < 1):
+            raise ValueError(f"n_cols must be a positive integer, got {n_cols!r}")
         if reorder in (None, "auto") and reorder_args:
             raise TypeError(f"reorder={reorder!r} takes no arguments, got {sorted(reorder_args)} (prepare's own "
                             f"arguments are reorder, algorithm, backend, dtype and index_dtype)")
@@ -110,13 +124,17 @@ class Plan:
             backend = "cuda" if gpu_present() else "cpu"
         self.shape, self.nnz, self.backend, self.algorithm = host.shape, host.nnz, backend, algorithm
         self.reorder, self.decisions, self._host, self._dtype = reorder, {}, host, dtype
+        self.node_order = node_order
         self._computed = {}  # "auto": the orders computed so far, {method: (perm, seconds)}
         t0 = time.perf_counter()
         perm = _permutation(host, reorder, reorder_args) if reorder not in (None, "auto") else None
         self.reorder_seconds = time.perf_counter() - t0
         self._orders = {None: _Ordered(host, perm, backend, dtype)}  # "auto" adds the orders it takes
         self._fixed = self._orders[None]
-        self.perm = perm
+        if decide_now:  # one order for every call, chosen before the caller permutes its features
+            itemsize = check_value_dtype(host.dtype if dtype is None else dtype, "dtype").itemsize
+            self._fixed = self._decide(int(n_cols), itemsize)
+        self.perm = self._fixed.perm
         self.A = self._fixed.A
         self.preprocess_seconds = time.perf_counter() - start
 
@@ -126,9 +144,16 @@ class Plan:
 
     def _order_for(self, n_cols, itemsize, out=None):
         """The order the kernels use for width ``n_cols``: the fixed one, or ``auto``'s decision
-        (made once per width; on the GPU only, where the mechanism was measured; the graph's own
-        order for a call with ``out``, which a reordered plan cannot write into)."""
-        if self.reorder != "auto" or self.backend != "cuda" or self.nnz == 0 or out is not None:
+        (made once per width; the graph's own order for a call with ``out``, which a reordered
+        plan cannot write into in the caller's order)."""
+        if self.reorder != "auto" or self.node_order == "plan" or out is not None:
+            return self._fixed
+        return self._decide(n_cols, itemsize)
+
+    def _decide(self, n_cols, itemsize):
+        """``auto``'s order for width ``n_cols`` (on the GPU only, where the mechanism was
+        measured), decided once per width and recorded in ``decisions``."""
+        if self.backend != "cuda" or self.nnz == 0:
             return self._fixed
         if n_cols not in self.decisions:
             from .cuda.device import memory_system
@@ -136,7 +161,7 @@ class Plan:
 
             l2_bytes, bandwidth = memory_system()
             method, perm, record = choose_order(self._host, n_cols, itemsize, l2_bytes, bandwidth,
-                                                computed=self._computed)
+                                                computed=self._computed, permutes=self.node_order == "caller")
             self.decisions[n_cols] = dict(record, method=method)
             self.reorder_seconds += record["model_seconds"] + sum(
                 v["seconds"] for v in record.values() if isinstance(v, dict))
@@ -146,14 +171,33 @@ class Plan:
         self.perm, self.A = order.perm, order.A
         return order
 
+    def to_plan_order(self, X):
+        """The rows of ``X`` (one per node, in the caller's order) in the plan's node order,
+        ``X[plan.perm]``, as an array of X's kind (``X`` itself without a reordering): convert
+        features once for a ``node_order="plan"`` plan."""
+        return self._permute_rows(X, "X", "perm")
+
+    def to_caller_order(self, C):
+        """The rows of ``C`` (one per node, in the plan's order) back in the caller's order."""
+        return self._permute_rows(C, "C", "inverse")
+
+    def _permute_rows(self, X, name, index):
+        if self.node_order != "plan":
+            raise ValueError("to_plan_order and to_caller_order are for plans with node_order='plan' (a "
+                             "node_order='caller' plan permutes operands itself on every call)")
+        x = arrays.dense(X, name, 2)
+        if x.shape[0] != self.shape[0]:
+            raise ValueError(f"{name} must have one row per node ({self.shape[0]}), got shape {x.shape}")
+        return X if self._fixed.perm is None else self._fixed.gather(x, index, x.shape)
+
     def spmm(self, B, *, reduce="sum", out=None):
-        """``spmm(A, B)`` in the caller's node order."""
+        """``spmm(A, B)`` in the caller's node order (in the plan's, for ``node_order="plan"``)."""
         b = arrays.dense(B, "B", 2)
         if b.shape[0] != self.shape[1]:
             raise ValueError(f"A has {self.shape[1]} columns but B has {b.shape[0]} rows")
         order = self._order_for(b.shape[1], b.dtype.itemsize, out)
         A = order.matrix(b.dtype)
-        if order.perm is None:
+        if order.perm is None or self.node_order == "plan":
             return api.spmm(A, B, reduce=reduce, algorithm=self.algorithm, backend=self.backend, out=out)
         if out is not None:
             raise ValueError("out is not supported on a reordered plan")
@@ -163,7 +207,9 @@ class Plan:
         return order.gather(c, "inverse", c.shape)
 
     def sddmm(self, X, Y):
-        """``sddmm(A, X, Y)`` in the caller's node order (values in A's canonical order)."""
+        """``sddmm(A, X, Y)`` in the caller's node order (values in A's canonical order); for
+        ``node_order="plan"``, X and Y in the plan's order and the values in ``plan.A``'s entry
+        order."""
         x, y = arrays.dense(X, "X", 2), arrays.dense(Y, "Y", 2)
         arrays.same_place(x, y)
         if x.shape[0] != self.shape[0] or y.shape[0] != self.shape[1]:
@@ -171,7 +217,7 @@ class Plan:
                              f"and Y {self.shape[1]}; got X {x.shape}, Y {y.shape}")
         order = self._order_for(y.shape[1], y.dtype.itemsize)
         A = order.matrix(x.dtype)
-        if order.perm is None:
+        if order.perm is None or self.node_order == "plan":
             return api.sddmm(A, X, Y, algorithm=self.algorithm, backend=self.backend)
         values = api.sddmm(A, order.gather(x, "perm", x.shape), order.gather(y, "perm", y.shape),
                            algorithm=self.algorithm, backend=self.backend)
@@ -184,7 +230,8 @@ class Plan:
         return order.gather(v, "entries", v.shape)
 
 
-def prepare(A, *, reorder=None, algorithm="auto", backend="auto", dtype=None, index_dtype=None, **reorder_args):
+def prepare(A, *, reorder=None, algorithm="auto", backend="auto", dtype=None, index_dtype=None, node_order="caller",
+            n_cols=None, **reorder_args):
     """Upload ``A`` once (and reorder it) for repeated ``plan.spmm(B)`` / ``plan.sddmm(X, Y)``.
 
     reorder: None, "louvain" (HP-SpMM's graph-clustering order, :func:`reorder.cluster_order`),
@@ -196,5 +243,11 @@ def prepare(A, *, reorder=None, algorithm="auto", backend="auto", dtype=None, in
         permutations wins back its computing time within ``reorder.locality.PAYBACK_CALLS``
         calls, else the graph's own order (:func:`numbasparse.reorder.locality.choose_order`;
         ``plan.decisions`` records each decision and why).
+    node_order: "caller" (default): ``plan.spmm`` / ``plan.sddmm`` take and return arrays in the
+        caller's node order, permuting B in and C out on every call (which can cost more than a
+        reordering saves); "plan": they are in the plan's order (``plan.perm``), into which the
+        caller converts its features once (``plan.to_plan_order(X)``, back with
+        ``plan.to_caller_order(C)``), so a reordering costs nothing per call.  ``reorder="auto"``
+        then decides once, here, for width ``n_cols`` (required with it, refused otherwise).
     """
-    return Plan(A, reorder, algorithm, backend, dtype, index_dtype, reorder_args)
+    return Plan(A, reorder, algorithm, backend, dtype, index_dtype, node_order, n_cols, reorder_args)

@@ -133,3 +133,76 @@ def test_auto_reads_only_the_pattern_and_computes_each_order_once(monkeypatch):
     with pytest.raises(ValueError, match="A has 400 columns but B has 3 rows"):
         plan.spmm(np.ones((3, 16), np.float32))
     assert 16 not in plan.decisions
+
+
+@pytest.mark.parametrize("reorder", [None, "rcm", "louvain"])
+def test_plan_order_takes_and_returns_the_plans_order(graph, reorder):
+    """node_order='plan': no per-call permutation; features converted once give the caller's
+    product back, and the plan behaves as the permuted matrix itself (out= included)."""
+    rng = np.random.default_rng()
+    A = graph.copy()
+    A.data = rng.uniform(0.5, 1.5, A.nnz).astype(np.float32)
+    B = rng.standard_normal((300, 6)).astype(np.float32)
+    plan = ns.prepare(A, reorder=reorder, backend="cpu", node_order="plan")
+    assert (plan.perm is None) == (reorder is None)
+    B_plan = plan.to_plan_order(B)
+    if reorder is not None:
+        assert np.array_equal(B_plan, B[plan.perm])
+    C_plan = plan.spmm(B_plan)
+    assert_close(plan.to_caller_order(C_plan), spmm_reference(A, B), np.float32)
+    assert_close(C_plan, spmm_reference(plan.A, B_plan), np.float32)
+    out = np.full((300, 6), np.nan, np.float32)
+    assert plan.spmm(B_plan, out=out) is out and np.array_equal(out, C_plan)
+    S = plan.sddmm(B_plan, B_plan)  # values in plan.A's entry order
+    assert np.array_equal(S.indices, plan.A.indices)
+    assert_close(S.data, sddmm_reference(plan.A, B_plan, B_plan), np.float32)
+
+
+def test_plan_order_on_device_arrays_small():
+    A = graphs.community_graph(n_nodes=24, avg_degree=3, n_communities=3, seed=1)
+    rng = np.random.default_rng()
+    B = rng.standard_normal((24, 5)).astype(np.float32)
+    plan = ns.prepare(A, reorder="degree", backend="cuda", algorithm="hp", node_order="plan")
+    B_plan = plan.to_plan_order(cuda.to_device(B))
+    assert np.array_equal(B_plan.copy_to_host(), B[plan.perm])
+    C = plan.to_caller_order(plan.spmm(B_plan)).copy_to_host()
+    assert_close(C, spmm_reference(A, B), np.float32)
+
+
+def test_plan_order_lets_auto_take_an_order_the_per_call_permutations_would_eat(monkeypatch):
+    """A shuffled band graph whose B outgrows a (faked) L2: with per-call permutations the
+    saving cannot pay, without them it does; auto decides once, at prepare, for n_cols."""
+    from numbasparse.cuda import device
+    from numbasparse.reorder import locality
+
+    monkeypatch.setattr(device, "memory_system", lambda: (8192, 1e8))
+    offsets = [k for k in range(-4, 5) if k]
+    A = graphs.shuffled(sp.diags([np.ones(400 - abs(k), np.float32) for k in offsets], offsets, format="csr"))
+    pattern = ns.api.canonical_csr(A)
+    caller = locality.choose_order(pattern, 8, 4, 8192, 1e8)
+    plan_kept = locality.choose_order(pattern, 8, 4, 8192, 1e8, permutes=False)
+    assert caller[0] is None and plan_kept[0] in ("rcm", "degree")
+    plan = ns.prepare(A, reorder="auto", backend="cuda", algorithm="hp", node_order="plan", n_cols=8)
+    assert plan.decisions[8]["method"] == plan_kept[0] and plan.perm is not None
+    B = np.random.default_rng(3).standard_normal((400, 8)).astype(np.float32)
+    for n in (8, 3):  # one order for every width
+        C = plan.to_caller_order(plan.spmm(plan.to_plan_order(cuda.to_device(B[:, :n].copy()))))
+        assert_close(C.copy_to_host(), spmm_reference(A, B[:, :n]), np.float32)
+    assert list(plan.decisions) == [8]
+
+
+def test_node_order_arguments_are_checked(graph):
+    with pytest.raises(ValueError, match="node_order must be one of"):
+        ns.prepare(graph, node_order="mine")
+    with pytest.raises(ValueError, match="n_cols is the width"):
+        ns.prepare(graph, reorder="auto", node_order="plan")  # auto must know the width up front
+    with pytest.raises(ValueError, match="n_cols is the width"):
+        ns.prepare(graph, reorder="rcm", n_cols=8)
+    with pytest.raises(ValueError, match="positive integer"):
+        ns.prepare(graph, reorder="auto", node_order="plan", n_cols=0)
+    plan = ns.prepare(graph, reorder="rcm", backend="cpu")
+    with pytest.raises(ValueError, match="node_order='plan'"):
+        plan.to_plan_order(np.zeros((300, 2), np.float32))
+    plan = ns.prepare(graph, reorder="rcm", backend="cpu", node_order="plan")
+    with pytest.raises(ValueError, match="one row per node"):
+        plan.to_plan_order(np.zeros((299, 2), np.float32))

@@ -9,7 +9,9 @@ a user calls it (``plan.spmm``: B permuted in, C permuted back on every call) wi
 (median, interleaved; checked on 2000 sampled rows). Per method: the time, the share of the natural order's speed recovered,
 the seconds spent computing the order and the calls to win them back against the shuffled
 graph's own order; for ``auto``, the decision and the model's predicted B-row fetches per order
-(``plan.decisions``), to set beside the measured times.
+(``plan.decisions``), to set beside the measured times.  ``M@plan`` rows: the same order with
+``node_order="plan"`` (B converted once, no per-call permutation: the kernel on the reordered
+graph alone; ``auto@plan`` decides for the row's N at prepare).
 """
 import argparse
 import json
@@ -53,10 +55,22 @@ def main():
                 prep[method] = dict(seconds=time.perf_counter() - start, reorder_seconds=plan.reorder_seconds)
                 plans[method] = plan
                 fns[method] = (lambda plan=plan: plan.spmm(B_shuffled))
+                if method == "none":
+                    continue
+                start = time.perf_counter()
+                kept = ns.prepare(shuffled, reorder=method, node_order="plan", n_cols=n if method == "auto" else None)
+                B_plan = kept.to_plan_order(B_shuffled)
+                torch.cuda.synchronize()
+                label = f"{method}@plan"
+                prep[label] = dict(seconds=time.perf_counter() - start, reorder_seconds=kept.reorder_seconds)
+                plans[label] = kept
+                fns[label] = (lambda kept=kept, B_plan=B_plan: kept.spmm(B_plan))
             check = np.sort(rng.choice(shuffled.shape[0], min(2000, shuffled.shape[0]), replace=False))
             expected = torch.from_numpy(shuffled[check].astype(np.float64) @ B_shuffled.double().cpu().numpy())
             for method, plan in plans.items():
-                got = plan.spmm(B_shuffled)[torch.from_numpy(check).cuda()].double().cpu()
+                got = (plan.to_caller_order(plan.spmm(plan.to_plan_order(B_shuffled))) if plan.node_order == "plan"
+                       else plan.spmm(B_shuffled))
+                got = got[torch.from_numpy(check).cuda()].double().cpu()
                 err = float(torch.linalg.norm(got - expected) / torch.linalg.norm(expected))
                 assert err < 1e-5, (spec, n, method, err)
             times = {k: v[0] for k, v in time_cuda_interleaved(fns, repeat=20).items()}
@@ -67,7 +81,7 @@ def main():
                            recovered=times["natural"] / times[method], **prep[method],
                            payback_calls=(prep[method]["reorder_seconds"] * 1e3 / saved_ms if saved_ms > 0
                                           else float("inf")))
-                if method == "auto":
+                if method.startswith("auto"):
                     decision = plans[method].decisions.get(n, {})
                     row["auto_took"] = decision.get("method")
                     row["auto_why"] = decision.get("why")
@@ -77,7 +91,7 @@ def main():
                 print(f"{spec:28s} N={n:<4d} {method:8s} {times[method]:8.3f} ms  natural {times['natural']:.3f}"
                       f"  shuffled {times['none']:.3f}  recovered {row['recovered']:.2f}  order "
                       f"{row['reorder_seconds']:.2f} s  payback {row['payback_calls']:.0f} calls"
-                      + (f"  auto took {row['auto_took']}: {row['auto_why']}" if method == "auto" else ""),
+                      + (f"  auto took {row['auto_took']}: {row['auto_why']}" if method.startswith("auto") else ""),
                       flush=True)
             with open(args.out, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(), rows=rows), f, indent=1, default=str)

@@ -8,9 +8,10 @@ fetches follow from the pattern and the row order alone (:func:`predicted_fetche
 as a least-recently-used store of as many B rows as it holds, so a use of a column fetches its row
 again when as many other columns were used since its last use (hub columns stay; columns shared
 only by rows far apart are fetched again).  A reordering saves the fetches it removes, but a plan that hides it from the caller
-permutes B in and C out on every call (reads and writes of both), and computing it takes time:
-it pays when the bytes saved per call exceed the permutations' and the time to compute it is
-won back within ``payback_calls`` calls (:func:`choose_order`).
+permutes B in and C out on every call (reads and writes of both; none where the caller keeps its
+features in the plan's order), and computing it takes time: it pays when the bytes saved per call
+exceed the permutations' and the time to compute it is won back within ``payback_calls`` calls
+(:func:`choose_order`).
 """
 import time
 
@@ -78,7 +79,7 @@ def predicted_fetches(A, rows, held):
 
 
 def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK_CALLS, candidates=None,
-                 computed=None):
+                 computed=None, permutes=True):
     """(method, perm, record): the order that pays for SpMM of square scipy CSR ``A`` (its
     pattern: the values are not read) with ``n_cols`` columns of ``itemsize`` bytes on a GPU of
     ``l2_bytes`` of L2 and ``bandwidth`` bytes/s of DRAM, or (None, None, record) to keep A's own
@@ -87,7 +88,8 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     calls to win them back, and ``model_seconds`` (the fetch predictions).  ``computed``: a dict
     {method: (perm, seconds)} of orders computed before (for other widths), filled in here, so
     that each order is computed and charged once; ``candidates``: (method, order function) pairs,
-    default CANDIDATES."""
+    default CANDIDATES; ``permutes``: whether each call permutes B in and C out (False for a
+    plan whose caller keeps its features in the plan's order)."""
     computed = {} if computed is None else computed
     candidates = CANDIDATES if candidates is None else candidates
     n_rows, k = A.shape
@@ -100,9 +102,11 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     start = time.perf_counter()
     record["natural_fetches"] = natural = predicted_fetches(pattern, np.arange(n_rows), held)
     record["model_seconds"] += time.perf_counter() - start
-    permute_bytes = 2 * (k + n_rows) * n_cols * itemsize  # B gathered in, C gathered out: read + write
+    permute_bytes = 2 * (k + n_rows) * n_cols * itemsize if permutes else 0  # B in, C out: read + write
     used_columns = int(np.count_nonzero(np.bincount(A.indices, minlength=k)))
-    if (natural - used_columns) * row_bytes <= permute_bytes:  # no order fetches a row less than once
+    if natural <= used_columns:  # no order fetches a row less than once
+        return None, None, dict(record, why="the graph's own order fetches each B row once")
+    if (natural - used_columns) * row_bytes <= permute_bytes:
         return None, None, dict(record, why="even one fetch per B row would not pay for the per-call "
                                              "permutations")
     best = (None, None)

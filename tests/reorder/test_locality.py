@@ -60,10 +60,14 @@ def test_empty_graph_keeps_the_order():
 
 
 def test_no_order_is_computed_where_even_one_fetch_per_row_cannot_pay_the_permutations(monkeypatch):
-    """The band's own order already fetches each B row about once: the permutations' bytes
-    exceed anything an order could save, so no candidate order is computed."""
+    """The band's own order fetches each B row about twice through an L2 of 20 rows: the
+    permutations' bytes exceed anything an order could save, so no candidate order is computed;
+    through an L2 of 64 rows it fetches each row once, and nothing can be saved at all."""
     computed = []
     spy = (("rcm", lambda A: computed.append("rcm") or np.arange(A.shape[0])),)
-    method, _, record = locality.choose_order(band_graph(3000, 10), 8, 4, l2_bytes=2048, bandwidth=1e9,
+    method, _, record = locality.choose_order(band_graph(3000, 10), 8, 4, l2_bytes=640, bandwidth=1e9,
                                               candidates=spy)
     assert method is None and computed == [] and "per-call permutations" in record["why"]
+    method, _, record = locality.choose_order(band_graph(3000, 10), 8, 4, l2_bytes=2048, bandwidth=1e9,
+                                              candidates=spy, permutes=False)
+    assert method is None and computed == [] and "fetches each B row once" in record["why"]
