@@ -216,15 +216,24 @@ class DistGraph:
         dist.all_to_all_single(out, torch.as_tensor(counts, device=self._comm_device), group=self.group)
         return out.cpu().numpy()
 
-    def _all_to_all_rows(self, send, send_counts, recv_counts):
+    def _all_to_all_rows(self, send, send_counts, recv_counts, out=None):
         """Rows of ``send`` (grouped by destination, ``send_counts`` each) exchanged: the rows this
-        rank receives, grouped by source (``recv_counts`` each), on ``send``'s device."""
+        rank receives, grouped by source (``recv_counts`` each), on ``send``'s device (written
+        into ``out`` where given: rows on the communication device, received in place)."""
         device = send.device
         send = send.to(self._comm_device).contiguous()
-        out = torch.empty((int(recv_counts.sum()), *send.shape[1:]), dtype=send.dtype, device=self._comm_device)
-        dist.all_to_all_single(out, send, output_split_sizes=recv_counts.tolist(),
+        if out is None or out.device != self._comm_device:
+            received = torch.empty((int(recv_counts.sum()), *send.shape[1:]), dtype=send.dtype,
+                                   device=self._comm_device)
+        else:
+            received = out
+        dist.all_to_all_single(received, send, output_split_sizes=recv_counts.tolist(),
                                input_split_sizes=send_counts.tolist(), group=self.group)
-        return out.to(device)
+        if out is None:
+            return received.to(device)
+        if received is not out:
+            out.copy_(received)
+        return out
 
     # -- features -----------------------------------------------------------------------------
 
@@ -272,8 +281,11 @@ class _HaloExchange(torch.autograd.Function):
     @staticmethod
     def forward(ctx, X, dg):
         ctx.dg = dg
-        halo = dg._all_to_all_rows(X[dg._send_index], dg._send_counts, dg._recv_counts)
-        return torch.cat([X, halo])
+        extended = X.new_empty((dg.n_owned + dg.n_halo, *X.shape[1:]))
+        extended[:dg.n_owned] = X
+        # the halo lands in its rows of the result (no second copy of it, as a concatenation makes)
+        dg._all_to_all_rows(X[dg._send_index], dg._send_counts, dg._recv_counts, out=extended[dg.n_owned:])
+        return extended
 
     @staticmethod
     @torch.autograd.function.once_differentiable
