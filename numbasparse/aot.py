@@ -77,7 +77,9 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
                 _hp_variants(A, B, reduce)
         api.sddmm(A, X, B)
         if A.shape[0] == A.shape[1]:
-            api.graph_attention(A, X, X, X)  # the fused attention kernel (and its softmax)
+            for fuse in (True, False):  # fused="auto" takes either by the longest row
+                api.graph_attention(A, X, X, X, fused=fuse)
+                api.sddmm_spmm(A, X, X, X, fused=fuse)
     cuda.synchronize()
     if progress:
         _bar(len(steps), len(steps), "done")

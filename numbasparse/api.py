@@ -321,7 +321,9 @@ def graph_attention(A, Q, K, V, *, fused="auto", backend="auto"):
 
 def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
     A = sparse_operand(A)
-    if not (isinstance(fused, (bool, np.bool_)) or (isinstance(fused, str) and fused == "auto")):
+    if isinstance(fused, str) and fused != "auto":
+        raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
+    if not isinstance(fused, (bool, np.bool_, str)):
         raise TypeError(f"fused must be True, False or 'auto', got {type(fused).__name__} {fused!r}")
     x, y, z = _operands(*zip(names, (X, Y, Z)))
     m, n = A.shape
@@ -345,7 +347,7 @@ def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
     if x.on_device:
         result, out = arrays.empty_like_framework(x, shape, x.dtype)
         dispatch.sddmm_then_spmm(dev, x.array, y.array, z.array, out, softmax=softmax, fuse=fused,
-                                 stream=arrays.stream_of(x))
+                                 stream=arrays.stream_of(x), like=x)
         return result
     out = _device_empty(shape, x.dtype)
     dispatch.sddmm_then_spmm(dev, *_to_device(x.array, y.array, z.array), out, softmax=softmax, fuse=fused)

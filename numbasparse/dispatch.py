@@ -35,7 +35,9 @@ fused     ``sddmm_spmm``/``graph_attention`` in one kernel       9 graphs x K = 
           HP-SpMM: the fused kernel walks each row in one        slower at 1065-1383 ("Fused
           warp, so its time is at least the longest row's       SDDMM->SpMM and attention")
           chain (0.5-0.9 us per entry), while the unfused
-          path splits rows at the cost of three launches
+          path splits rows at the cost of three launches;
+          float16 always fused (its range cannot hold the
+          raw scores the unfused path stores)
 ========= ====================================================== =================================
 
 HP-SpMM's own layout, depth, DTP and launch-mode rules live with the kernel
@@ -45,7 +47,9 @@ HP-SpMM's own layout, depth, DTP and launch-mode rules live with the kernel
 import functools
 from dataclasses import dataclass
 
-from . import cpu
+import numpy as np
+
+from . import arrays, cpu
 from ._compat import scipy_sparse as sp
 from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
@@ -113,29 +117,43 @@ def _sddmm_blocked(A, X, Y, out, *, stream=0):
 
 def fuse_pays(A):
     """True where ``fused="auto"`` runs the fused kernel on device :class:`~numbasparse.CSR` A: its
-    longest row has at most FUSE_MAX_ROW entries (the answer kept in ``A.cache``)."""
+    longest row has at most FUSE_MAX_ROW entries (the answer kept in ``A.cache``), or its values
+    are float16, whose range (65504) cannot hold the raw scores the unfused path stores in A's
+    dtype (the fused kernel keeps them in float32)."""
+    if np.dtype(A.dtype) == np.float16:
+        return True
     return A.cache.get_or_build("plans", ("longest_row",), lambda: longest_row(A.host_indptr)) <= FUSE_MAX_ROW
 
 
-def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0):
+def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0, like=None):
     """``out = f(A ⊙ (X Y^T)) Z`` with f the identity or the per-row softmax (graph attention).
     fuse: True for one kernel (:mod:`numbasparse.cuda.fused`), False for HP-SDDMM, [edge
     softmax], HP-SpMM with the scores as A's values (three launches and an nnz-long
-    intermediate), "auto" for :func:`fuse_pays`'s choice."""
+    intermediate in A's dtype: 16-bit values round the scores once more), "auto" for
+    :func:`fuse_pays`'s choice.  like: the dense operand (:class:`arrays.Dense`) whose framework
+    allocates the intermediates (its allocator, its stream: a CUDA-graph capture sees them), else
+    Numba's."""
     if fuse == "auto":
         fuse = fuse_pays(A)
     if fuse:
         (fused.attention if softmax else fused.sddmm_spmm)(A, X, Y, Z, out, stream=stream)
         return
-    from numba import cuda
 
-    scores = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype), stream=stream)
-    hp.sddmm_hp(A, X, Y, scores, stream=stream)
+    def intermediate():
+        if like is not None:
+            return arrays.empty_like_framework(like, (A.nnz,), A.dtype)  # (object, view): keep both
+        from numba import cuda
+
+        array = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype), stream=stream)
+        return array, array
+
+    scores = intermediate()
+    hp.sddmm_hp(A, X, Y, scores[1], stream=stream)
     if softmax:
-        weights = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype), stream=stream)
-        fused.edge_softmax(A, scores, weights, stream=stream)
+        weights = intermediate()
+        fused.edge_softmax(A, scores[1], weights[1], stream=stream)
         scores = weights
-    hp.spmm_hp(A._with_data(scores), Z, out, "sum", stream=stream)
+    hp.spmm_hp(A._with_data(scores[1]), Z, out, "sum", stream=stream)
 
 
 _SM80_CHECKED = []

@@ -2,8 +2,8 @@
 
     python tools/tune_report.py --graphs default,rmat:16,rmat:18 --n 32,128 --out tune.json [--op sddmm]
 
-For each (graph, N): every valid schedule is timed (``tuner._timer``: CUDA events, median of 5
-after a warm-up); reported are the exhaustive best, the cost model's first choice and the best of
+For each (graph, N): every valid schedule is timed (``tuner._timer``: CUDA events around
+back-to-back batches of about 1 ms, median of 5, after a warm-up); reported are the exhaustive best, the cost model's first choice and the best of
 its top 8 (``algorithm="tiled"`` times its top ``tuner.TILED_TOP``; ``"tuned"`` those among the other families' candidates), each in ms and
 relative to the exhaustive best, the rank of the exhaustive best in the model's order, the search
 times, and HP-SpMM and cuSPARSE (torch) on the same operands for comparison (cuSPARSE

@@ -717,7 +717,7 @@ def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override, group_override=None)
 def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None):
     """Launch HP-SDDMM: ``out[p] = a_p * <X[i], Y[j]>`` for each stored entry p = (i, j).
     Overrides of the rules, for tools and tests: ``nnz_per_warp`` (DTP), ``group`` (lanes per
-    nonzero, a power of two up to 32: narrower groups loop over K)."""
+    nonzero, a power of two up to 32; each lane loops over K in vectors)."""
     if A.nnz == 0:
         return
     if group is not None and (group not in (1, 2, 4, 8, 16, 32)):

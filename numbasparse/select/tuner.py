@@ -5,8 +5,8 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
 - the rules' own choice, what ``algorithm="auto"`` runs, always ranked first: the tuned choice
   is the fastest of a set that holds auto's, so it is never one that timed slower than auto's;
 - HP-SpMM around its rules: DTP's nonzeros per group halved and doubled, the other gather
-  depth, the other launch mode (a 16-bit C allows only the single launch); HP-SDDMM: narrower
-  lane groups per nonzero (each lane loops over K) and DTP halved and doubled;
+  depth, the other launch mode (a 16-bit C allows only the single launch); HP-SDDMM: lane
+  groups per nonzero halved and doubled (each lane loops over K) and DTP halved and doubled;
 - the column-slab SpMM, where it takes the dtype;
 - G-Sparse's 2-D tiled kernels (sum, float32/float64): the TILED_TOP schedules its analytic
   cost model ranks first (:func:`rank`; the paper's model is a neural network trained on
@@ -15,7 +15,8 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
 
 Across families the order is the rules' (their choice, then HP's neighbours by how many
 parameters differ, the slab kernel, the tiled schedules by their model); every candidate is
-timed (CUDA events, median of 5 after a warm-up launch that compiles) unless ``top_k`` says
+timed (CUDA events around back-to-back batches of about 1 ms, median of 5, after a warm-up
+launch that compiles) unless ``top_k`` says
 fewer, and the fastest is kept: in the matrix's cache, and on disk in ``tuned.json`` in
 numbasparse's cache directory (:mod:`numbasparse.disk`), keyed by op, GPU name, graph signature
 (a hash of indptr and indices), N, dtype and reduction, with every candidate's time (what the
