@@ -58,10 +58,10 @@ def kernel_configs():
                             (*csr, *windows, V[:, ::1], V[:, ::1])))
         configs.append((f"spmm_dense {value}/{index}", hc.spmm_dense_kernel(value, index),
                         (*csr, *windows, V[:, ::1], V[:, ::1], V[:, ::1])))
-        for q in (1, 2, 4, 8):
+        for q, xy, z in ((1, 4, 1), (2, 4, 2), (4, 4, 4), (8, 4, 4), (8, 1, 1)):  # the widest vectors; misaligned
             for softmax in (False, True):
-                configs.append((f"fused_row q={q} softmax={softmax} {value}/{index}",
-                                fused.fused_row_kernel(q, value, softmax), (*csr, *(V[:, ::1],) * 4)))
+                configs.append((f"fused_row q={q} xy={xy} z={z} softmax={softmax} {value}/{index}",
+                                fused.fused_row_kernel(q, value, softmax, xy, z), (*csr, *(V[:, ::1],) * 4)))
         for schedule in (tiled.Schedule(1, 32, 1, 32, False), tiled.Schedule(8, 32, 4, 64, True),
                          tiled.Schedule(32, 8, 2, 32, False)):
             configs.append((f"spmm_tiled {schedule.m_tile}x{schedule.n_tile}x{schedule.reg_tile}x"
@@ -86,9 +86,10 @@ def kernel_configs():
                                 (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1])))
         configs.append((f"sddmm_hp vec=8 group=4 {fmt}", hp.sddmm_hp_kernel(8, 4, fmt),
                         (*csr, I[::1], H[:, ::1], H[:, ::1], H[::1], numba.int64)))
-        for softmax in (False, True):
-            configs.append((f"fused_row q=2 softmax={softmax} {fmt}", fused.fused_row_kernel(2, fmt, softmax),
-                            (*csr, *(H[:, ::1],) * 4)))
+        for q, xy, z in ((2, 8, 2), (4, 4, 4), (8, 8, 8), (8, 1, 1)):  # the widest vectors; misaligned
+            for softmax in (False, True):
+                configs.append((f"fused_row q={q} xy={xy} z={z} softmax={softmax} {fmt}",
+                                fused.fused_row_kernel(q, fmt, softmax, xy, z), (*csr, *(H[:, ::1],) * 4)))
         configs.append((f"edge_softmax {fmt}", fused.edge_softmax_kernel(fmt), (I[::1], H[::1], H[::1])))
         configs.append((f"spmm_dense {fmt}", hc.spmm_dense_kernel(fmt, "<i4"), (*csr, *windows, *(H[:, ::1],) * 3)))
     return configs

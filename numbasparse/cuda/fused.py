@@ -13,7 +13,7 @@ from numba import cuda
 from ..dtypes import kernel_format
 from . import launch
 from .device import ROW_WARPS_PER_BLOCK, WARP_SIZE, cdiv, row_warp_grid
-from .intrinsics import converters, shfl_down, shfl_idx, value_types, warp_sum
+from .intrinsics import converters, shfl_down, shfl_idx, value_types, vector_load, vector_width, warp_sum
 
 WARP = WARP_SIZE
 #: Output columns per lane per pass (grid.y covers wider outputs): 32 * 8 = 256 per warp.
@@ -26,23 +26,53 @@ def per_lane(n_cols):
     return min(MAX_PER_LANE, 1 << (need - 1).bit_length())
 
 
+def lane_width(n_cols, itemsize, *arrays):
+    """Columns of one vector load in rows of ``n_cols`` columns of ``arrays``: as wide as
+    :func:`intrinsics.vector_width` allows (alignment, ``n_cols`` a multiple), then halved while
+    the warp still covers ``n_cols`` in one pass (as many load rounds, fewer conversions and
+    products per lane)."""
+    width = vector_width(n_cols, itemsize, *arrays)
+    while width > 1 and WARP * (width // 2) >= n_cols:
+        width //= 2
+    return width
+
+
+def row_widths(X, Y, Z, n_cols):
+    """(xy_width, z_width) of :func:`fused_row_kernel` for these operands and ``n_cols`` output
+    columns: vectors over X[i] and Y[j] (dot products over K) and over Z[j] (at most
+    :func:`per_lane` columns: a lane's accumulators hold whole vectors)."""
+    itemsize = X.dtype.itemsize
+    return lane_width(X.shape[1], itemsize, X, Y), min(per_lane(n_cols), lane_width(n_cols, itemsize, Z))
+
+
 @launch.kernel_factory
-def fused_row_kernel(q, value_dtype, softmax):
-    """Compile-once factory of the fused ``(A ⊙ (X Y^T)) Z`` kernel (``softmax`` False) and of
-    fused graph attention ``softmax_row(A ⊙ (Q K^T)) V`` (True, with X, Y, Z = Q, K, V).
+def fused_row_kernel(q, value_dtype, softmax, xy_width=1, z_width=1):
+    """Compile-once factory of the fused ``(A ⊙ (X Y^T)) Z`` kernel of the CS267 report
+    (section 6.2; ``softmax`` False) and of fused graph attention ``softmax_row(A ⊙ (Q K^T)) V``
+    (True, with X, Y, Z = Q, K, V).
 
     Thread mapping: one warp per row i; for each stored (i, j) the warp computes
-    ``s = a_ij <X[i], Y[j]>`` (lanes over k, shuffle sum), then lane l adds ``s * Z[j, c]``
-    for its ``q`` columns ``c = n0 + l + 32 r`` (coalesced); blockIdx.y picks ``n0``.  The
-    softmax is computed online (running maximum and sum, earlier terms rescaled when the
-    maximum grows, as in FlashAttention), so scores are never stored; rows with no stored
-    entry give 0.  Without it the rescale factors are the constant 1 and fold away.  16-bit
-    operands are read into float32 (coalesced over the lanes) and the output rounded once.
+    ``s = a_ij <X[i], Y[j]>``, lane l reading the ``xy_width``-wide vectors of X[i] and Y[j] at
+    columns ``k = xy_width * l + 32 * xy_width * r`` (a shuffle sum over the lanes), then adds
+    ``s * Z[j, c:c + z_width]`` for its ``q / z_width`` vectors at ``c = n0 + z_width * l +
+    32 * z_width * r`` (a warp's loads contiguous: coalesced); blockIdx.y picks ``n0`` (tiles of
+    ``32 q`` columns).  The caller picks widths that the column counts and the operands'
+    alignment allow (:func:`row_widths`); 16-bit values are loaded as 32-bit words and
+    converted to float32 in registers.  The softmax is computed online (running maximum and
+    sum, earlier terms rescaled when the maximum grows, as in FlashAttention), so scores are
+    never stored; rows with no stored entry give 0.  Without it the rescale factors are the
+    constant 1 and fold away.  The output is rounded once, at the end.
     """
     _, value_type, compute = value_types(value_dtype)
     to_compute, to_storage = converters(value_dtype)
     zero, one, lowest = compute(0), compute(1), compute(-math.inf)
     warps = ROW_WARPS_PER_BLOCK
+    if q % z_width:
+        raise ValueError(f"z_width {z_width} must divide the {q} columns per lane")
+    load_xy = vector_load(xy_width, fmt=value_dtype)
+    load_z = vector_load(z_width, fmt=value_dtype)
+    vectors = q // z_width
+    xy_span, z_span = WARP * xy_width, WARP * z_width
 
     @cuda.jit
     def fused_row(indptr, indices, data, X, Y, Z, out):
@@ -51,7 +81,7 @@ def fused_row_kernel(q, value_dtype, softmax):
         if row >= out.shape[0]:
             return
         n = out.shape[1]
-        n0 = cuda.blockIdx.y * WARP * q
+        first = cuda.blockIdx.y * WARP * q + z_width * lane  # this lane's first output column
         acc = cuda.local.array(q, value_type)
         for r in range(q):
             acc[r] = zero
@@ -60,8 +90,11 @@ def fused_row_kernel(q, value_dtype, softmax):
         for p in range(indptr[row], indptr[row + 1]):
             j = indices[p]
             partial = zero
-            for k in range(lane, X.shape[1], WARP):
-                partial += to_compute(X[row, k]) * to_compute(Y[j, k])
+            for k in range(xy_width * lane, X.shape[1], xy_span):
+                x = load_xy(X, row, k)
+                y = load_xy(Y, j, k)
+                for v in range(xy_width):
+                    partial += x[v] * y[v]
             s = to_compute(data[p]) * warp_sum(partial)
             rescale = one
             weight = s
@@ -71,17 +104,20 @@ def fused_row_kernel(q, value_dtype, softmax):
                 weight = math.exp(s - new_max)
                 running_sum = running_sum * rescale + weight
                 running_max = new_max
-            for r in range(q):
-                c = n0 + lane + WARP * r
-                if c < n:
-                    acc[r] = acc[r] * rescale + weight * to_compute(Z[j, c])
+            for r in range(vectors):
+                c = first + z_span * r
+                if c < n:  # n is a multiple of z_width: the whole vector lies in the row
+                    z = load_z(Z, j, c)
+                    for v in range(z_width):
+                        acc[r * z_width + v] = acc[r * z_width + v] * rescale + weight * z[v]
         scale = one
         if softmax:
             scale = one / running_sum if running_sum > zero else zero
-        for r in range(q):
-            c = n0 + lane + WARP * r
+        for r in range(vectors):
+            c = first + z_span * r
             if c < n:
-                out[row, c] = to_storage(acc[r] * scale)
+                for v in range(z_width):
+                    out[row, c + v] = to_storage(acc[r * z_width + v] * scale)
 
     return fused_row
 
@@ -139,8 +175,8 @@ def _fused_row(A, X, Y, Z, out, softmax, stream):
         return
     q = per_lane(n)
     grid, block = row_warp_grid(m, n, WARP * q)
-    launch.run(fused_row_kernel(q, kernel_format(A.dtype), softmax), grid, block, stream, A.indptr, A.indices,
-               A.data, X, Y, Z, out)
+    kernel = fused_row_kernel(q, kernel_format(A.dtype), softmax, *row_widths(X, Y, Z, n))
+    launch.run(kernel, grid, block, stream, A.indptr, A.indices, A.data, X, Y, Z, out)
 
 
 def edge_softmax(A, values, out, *, stream=0):

@@ -1,12 +1,15 @@
 """Fused SDDMM -> SpMM and graph attention on the simulator, fused and unfused paths."""
+import ml_dtypes
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from numba import cuda
 
 import numbasparse as ns
-from numbasparse.cuda import fused
-from numbasparse.reference import attention_reference, sddmm_spmm_reference
+from numbasparse import dispatch
+from numbasparse.cuda import fused, hp, launch
+from numbasparse.reference import attention_reference, relative_error, sddmm_spmm_reference
+from fakes import view
 from strategies import assert_close
 
 CASES = [((9, 11), 5, 7, np.float32), ((6, 6), 33, 40, np.float64), ((5, 8), 1, 1, np.float32)]
@@ -84,10 +87,165 @@ def test_auto_fuses_where_the_longest_row_is_short_and_matches_both_paths(op, mo
     A = _graph((12, 9), rng)
     X, Y, Z = (rng.standard_normal(s).astype(np.float32) for s in ((12, 8), (9, 8), (9, 6)))
     reference = {"sddmm_spmm": sddmm_spmm_reference, "graph_attention": attention_reference}[op]
+    ran = []
+    for name in ("attention", "sddmm_spmm"):
+        monkeypatch.setattr(fused, name, _recording(getattr(fused, name), ran, "fused"))
+    monkeypatch.setattr(hp, "sddmm_hp", _recording(hp.sddmm_hp, ran, "unfused"))
     longest = int(np.diff(A.indptr).max())
-    for limit, expect_fused in ((longest, True), (longest - 1, False)):
+    for limit, path in ((longest, "fused"), (longest - 1, "unfused")):
         monkeypatch.setattr(dispatch, "FUSE_MAX_ROW", limit)
         dev = ns.CSR.from_scipy(A, dtype=np.float32)
-        assert dispatch.fuse_pays(dev) is expect_fused
+        ran.clear()
         out = getattr(ns, op)(dev, cuda.to_device(X), cuda.to_device(Y), cuda.to_device(Z))
+        assert ran == [path]
         assert_close(out.copy_to_host(), reference(A, X, Y, Z), np.float32)
+
+
+def _recording(fn, ran, label):
+    def recorded(*args, **kwargs):
+        ran.append(label)
+        return fn(*args, **kwargs)
+    return recorded
+
+
+def test_auto_always_fuses_float16_whose_range_cannot_hold_the_raw_scores(monkeypatch):
+    """Scores of 40 * 40 * 64 = 102400 overflow float16 (65504): the unfused path, which stores
+    them in A's dtype, would give NaN; auto takes the fused kernel, which keeps them in float32."""
+    monkeypatch.setattr(dispatch, "FUSE_MAX_ROW", 0)  # every other dtype would go unfused
+    A = sp.csr_matrix(np.ones((2, 3), np.float32))
+    Q = np.full((2, 64), 40, np.float16)
+    K = np.full((3, 64), 40, np.float16)
+    V = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float16)
+    dev = ns.CSR.from_scipy(A, dtype=np.float16)
+    assert dispatch.fuse_pays(dev)
+    out = ns.graph_attention(dev, *(cuda.to_device(M.view(np.uint16)).view(np.float16) for M in (Q, K, V)))
+    expected = V.astype(np.float64).mean(axis=0)  # equal scores: equal weights
+    np.testing.assert_allclose(out.copy_to_host().astype(np.float64), np.tile(expected, (2, 1)), rtol=2e-3)
+
+
+def test_fused_argument_is_checked():
+    A = sp.csr_matrix(np.ones((2, 2), np.float32))
+    X = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match="fused must be True, False or 'auto', got 'Auto'"):
+        ns.graph_attention(A, X, X, X, fused="Auto")
+    with pytest.raises(TypeError, match="fused must be"):
+        ns.sddmm_spmm(A, X, X, X, fused=None)
+
+
+# Vector loads ---------------------------------------------------------------------------------
+
+#: Value dtypes and the bound on the fused kernels' relative norm error against float64 on the
+#: same (rounded) inputs: the 16-bit ones round once, within the unit roundoff (tests/test_half.py).
+VALUE_DTYPES = {"float32": (np.float32, 2e-6), "float64": (np.float64, 1e-13),
+                "float16": (np.float16, 2.0**-11), "bfloat16": (ml_dtypes.bfloat16, 2.0**-8)}
+#: (value dtype, softmax, K, N, (xy_width, z_width)): every width on both sides for 16-bit and
+#: for 32/64-bit values, each dtype and softmax setting at least once (the simulator is slow);
+#: N = 264 takes two column tiles (blockIdx.y) of 256.
+WIDTH_CASES = [("float16", False, 136, 68, (8, 4)), ("bfloat16", True, 68, 136, (4, 8)),
+               ("float16", True, 34, 33, (2, 1)), ("bfloat16", False, 33, 34, (1, 2)),
+               ("bfloat16", True, 40, 264, (2, 8)), ("float32", True, 136, 68, (4, 4)),
+               ("float64", False, 34, 33, (2, 1)), ("float32", False, 33, 34, (1, 2)),
+               ("float64", True, 40, 40, (2, 2))]
+
+
+@pytest.mark.parametrize("typestr, k, n, widths", [
+    ("<u2", 136, 264, (8, 8)), ("<u2", 68, 68, (4, 4)), ("<u2", 40, 40, (2, 2)), ("<u2", 33, 33, (1, 1)),
+    ("<f4", 136, 264, (4, 4)), ("<f4", 34, 40, (2, 2)), ("<f8", 68, 136, (4, 4)), ("<u2", 8, 16, (1, 1)),
+])
+def test_vectors_are_the_widest_alignment_allows_that_one_warp_pass_needs(typestr, k, n, widths):
+    """K = 40 takes 2-wide vectors though 8 divide it: 32 lanes of 2 cover it in one pass, as 5
+    lanes of 8 would; Z's vectors are at most per_lane(N) wide."""
+    X, Y, Z = view((5, k), 1 << 20, typestr), view((7, k), 2 << 20, typestr), view((7, n), 3 << 20, typestr)
+    assert fused.row_widths(X, Y, Z, n) == widths
+
+
+def test_an_operand_off_vector_alignment_narrows_only_its_own_side():
+    X, Z = view((5, 136), 1 << 20, "<u2"), view((7, 136), 3 << 20, "<u2")
+    off = view((7, 136), (2 << 20) + 2, "<u2")  # one element past a 16-byte boundary
+    assert fused.row_widths(X, off, Z, 136) == (1, 8)
+    assert fused.row_widths(X, X, off, 136) == (8, 1)
+    assert fused.row_widths(X, view((7, 136), (2 << 20) + 4, "<u2"), Z, 136) == (2, 8)
+
+
+def _host_operands(rng, dtype, m, n, k, f):
+    """X, Y of dot products near 1 in size (softmax weights far from one-hot) and Z."""
+    X, Y = (rng.standard_normal(s) * k**-0.25 for s in ((m, k), (n, k)))
+    return X.astype(dtype), Y.astype(dtype), rng.standard_normal((n, f)).astype(dtype)
+
+
+def _bits(host):
+    """What the kernels read: 16-bit floats as their uint16 bits."""
+    return host.view(np.uint16) if host.dtype.itemsize == 2 else host
+
+
+def _poisoned_output(shape, dtype):
+    return cuda.to_device(_bits(np.full(shape, np.nan, dtype)))
+
+
+def _run_fused(A, dtype, softmax, X, Y, Z, shape):
+    dev = ns.CSR.from_scipy(A, dtype=dtype)
+    out = _poisoned_output(shape, dtype)
+    (fused.attention if softmax else fused.sddmm_spmm)(dev, X, Y, Z, out)
+    reference = (attention_reference if softmax else sddmm_spmm_reference)
+    return out.copy_to_host().view(dtype).astype(np.float64), dev, reference
+
+
+def _rounded_reference(reference, dev, *hosts):
+    return reference(dev.to_scipy(), *(h.astype(np.float64) for h in hosts))  # dev: A's rounded values
+
+
+def _graph_with_empty_rows(rng, shape):
+    A = _graph(shape, rng).tolil()
+    A[1, :] = 0
+    A[2, :] = 0
+    A[0, rng.random(shape[1]) < 0.8] = 1.25  # a long row next to them
+    return sp.csr_matrix(A)
+
+
+@pytest.mark.parametrize("name, softmax, k, n, widths", WIDTH_CASES)
+def test_fused_rows_match_float64_at_every_vector_width(name, softmax, k, n, widths):
+    dtype, bound = VALUE_DTYPES[name]
+    rng = np.random.default_rng()
+    A = _graph_with_empty_rows(rng, (6, 7))
+    hosts = _host_operands(rng, dtype, 6, 7, k, n)
+    X, Y, Z = (cuda.to_device(_bits(h)) for h in hosts)
+    assert fused.row_widths(X, Y, Z, n) == widths
+    got, dev, reference = _run_fused(A, dtype, softmax, X, Y, Z, (6, n))
+    assert relative_error(got, _rounded_reference(reference, dev, *hosts)) <= bound
+    assert not np.any(got[1:3])  # the empty rows
+
+
+@pytest.fixture
+def host_alignment(monkeypatch):
+    """On the simulator a device array has no device address (launch.alignment sees any as
+    aligned): use the host address behind it, so an array off vector alignment is seen as such."""
+    if not dispatch.simulator_enabled():
+        return
+    alignment = launch.alignment
+
+    def host(array):
+        behind = getattr(array, "_ary", None)  # the simulator's NumPy array
+        return alignment(view(array.shape, behind.ctypes.data)) if behind is not None else alignment(array)
+
+    monkeypatch.setattr(launch, "alignment", host)
+
+
+@pytest.mark.parametrize("name, softmax, off", [("float32", False, "Y"), ("bfloat16", True, "Z"),
+                                                ("float16", True, "Y"), ("float64", False, "Z")])
+def test_an_operand_one_element_off_alignment_is_read_with_width_one(name, softmax, off, host_alignment):
+    dtype, bound = VALUE_DTYPES[name]
+    rng = np.random.default_rng()
+    k = n = 136
+    A = _graph_with_empty_rows(rng, (6, 7))
+    hosts = _host_operands(rng, dtype, 6, 7, k, n)
+    X, Y, Z = (cuda.to_device(_bits(h)) for h in hosts)
+    host = hosts[1 if off == "Y" else 2]
+    flat = cuda.to_device(_bits(np.full(host.size + 1, np.nan, dtype)))
+    shifted = flat[1:].reshape(host.shape)  # starts one element past the buffer's (aligned) start
+    shifted.copy_to_device(_bits(host))
+    Y, Z = (shifted, Z) if off == "Y" else (Y, shifted)
+    xy_width, z_width = fused.row_widths(X, Y, Z, n)
+    assert (xy_width == 1) == (off == "Y") and (z_width == 1) == (off == "Z") and xy_width * z_width > 1
+    got, dev, reference = _run_fused(A, dtype, softmax, X, Y, Z, (6, n))
+    assert relative_error(got, _rounded_reference(reference, dev, *hosts)) <= bound
+    assert not np.any(got[1:3])
