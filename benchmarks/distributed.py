@@ -19,7 +19,8 @@ speed-up over P = 1.
 every P is timed in the same processes (one start-up, one compile).  Strong scaling: each
 ``--strong`` graph at every P, contiguous and Louvain partitions (Louvain computed once per
 graph, packed per P; skipped above ``--louvain-max-nnz``); weak scaling: ``rmat:S+log2(P)`` at
-P ranks (nodes per rank fixed), contiguous.  Per case: the distributed ``spmm`` of each N
+P ranks (nodes per rank fixed), contiguous.  ``rmat-gpu:SCALE`` draws R-MAT with torch on each
+rank's device (:func:`rmat_on_device`; seconds where the host takes minutes at scale 24).  Per case: the distributed ``spmm`` of each N
 checked against a float64 product of the rank's rows, then timed (median of 20, slowest rank):
 the halo exchange, the local kernel, and the whole call; and a 2-layer GCN training step
 (features, hidden, classes from ``--gcn``: forward, backward, gradient all-reduce).  Speed-up and
@@ -133,6 +134,39 @@ def timing(args):
                   f"{row['total_ms']:>9.3f} {row['speedup']:>8.2f}", flush=True)
     if args.out:
         Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def rmat_on_device(scale, device, edge_factor=16, a=0.57, b=0.19, c=0.19, seed=0):
+    """The graph of :func:`numbasparse.graphs.rmat` (Graph500 R-MAT, labels permuted,
+    symmetrised, duplicates merged, self-loops dropped, ones) drawn with torch on ``device``:
+    seconds on a GPU where the host generator takes minutes at scale 24.  A seeded generator: the
+    same graph on every rank of one GPU model (another random stream than ``graphs.rmat``'s)."""
+    import scipy.sparse as sp
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    n, m = 1 << scale, edge_factor << scale
+    src = torch.zeros(m, dtype=torch.int64, device=device)
+    dst = torch.zeros(m, dtype=torch.int64, device=device)
+    ab, c_norm, a_norm = a + b, c / (1.0 - (a + b)), a / (a + b)
+    for level in range(scale):
+        down = torch.rand(m, generator=g, device=device) > ab
+        right = torch.rand(m, generator=g, device=device) > down * (c_norm - a_norm) + a_norm
+        src += down.to(torch.int64) << level
+        dst += right.to(torch.int64) << level
+        del down, right
+    perm = torch.randperm(n, generator=g, device=device)
+    src, dst = perm[src], perm[dst]
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    keys = torch.unique(torch.cat([src * n + dst, dst * n + src]))  # sorted by (row, column)
+    del src, dst, keep
+    rows, cols = keys // n, keys % n
+    indptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
+    indptr[1:] = torch.cumsum(torch.bincount(rows, minlength=n), 0)
+    index = np.int32 if n < 2**31 and keys.numel() < 2**31 else np.int64
+    return sp.csr_matrix((np.ones(keys.numel(), np.float32), cols.cpu().numpy().astype(index),
+                          indptr.cpu().numpy().astype(index)), shape=(n, n))
 
 
 # NVLink multicast stays off (the device machines' rule; NCCL would otherwise use it on NVSwitch hosts).
@@ -277,7 +311,10 @@ def _scaling_rank(rank, world, port, args, start):
         if spec in loaded:
             return loaded[spec]
         t = time.perf_counter()
-        A = loaded[spec] = graphs.from_spec(spec).tocsr()
+        if spec.startswith("rmat-gpu:"):
+            A = loaded[spec] = rmat_on_device(int(spec.split(":")[1]), device)
+        else:
+            A = loaded[spec] = graphs.from_spec(spec).tocsr()
         if rank == 0:
             print(f"# {spec}: {A.shape[0]} nodes, {A.nnz} nonzeros, loaded in {time.perf_counter() - t:.1f} s",
                   flush=True)
@@ -305,10 +342,10 @@ def _scaling_rank(rank, world, port, args, start):
             for P in ranks:
                 if not go():
                     break
-                spec = f"rmat:{args.weak + int(np.log2(P))}"
+                spec = f"{args.weak_generator}:{args.weak + int(np.log2(P))}"
                 if rank < P:
                     A = load(spec)
-                    case("weak", "rmat", spec, A, "contiguous", P, nsd.partition(A, P, "contiguous"))
+                    case("weak", args.weak_generator, spec, A, "contiguous", P, nsd.partition(A, P, "contiguous"))
                 dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -344,8 +381,11 @@ def main():
     c = sub.add_parser("scaling")
     c.add_argument("--backend", choices=("gloo", "nccl"), default="nccl")
     c.add_argument("--ranks", default="1,2,4")
-    c.add_argument("--strong", default="rmat:20", help="comma-separated graph specs, each timed at every P")
+    c.add_argument("--strong", default="rmat:20", help="comma-separated graph specs (numbasparse.graphs.from_spec, "
+                   "or rmat-gpu:SCALE: R-MAT drawn on each rank's device), each timed at every P")
     c.add_argument("--weak", type=int, default=0, help="R-MAT scale at P = 1 (0: no weak scaling)")
+    c.add_argument("--weak-generator", choices=("rmat", "rmat-gpu"), default="rmat",
+                   help="R-MAT drawn on the host (numbasparse.graphs) or with torch on each rank's device")
     c.add_argument("--n", default="64,256")
     c.add_argument("--gcn", default="256,256,64", help="GCN features,hidden,classes")
     c.add_argument("--louvain-max-nnz", type=int, default=10_000_000)
