@@ -21,8 +21,9 @@ every P is timed in the same processes (one start-up, one compile).  Strong scal
 graph, packed per P; skipped above ``--louvain-max-nnz``); weak scaling: ``rmat:S+log2(P)`` at
 P ranks (nodes per rank fixed), contiguous.  ``rmat-gpu:SCALE`` draws R-MAT with torch on each
 rank's device (:func:`rmat_on_device`; seconds where the host takes minutes at scale 24).  Per case: the distributed ``spmm`` of each N
-checked against a float64 product of the rank's rows, then timed (median of 20, slowest rank):
-the halo exchange, the local kernel, and the whole call; and a 2-layer GCN training step
+checked against a float64 product of the rank's rows and ``sddmm`` (X with itself) on 100k
+sampled entries, then timed (median of 20, slowest rank): the halo exchange, the local kernel,
+and the whole call; and a 2-layer GCN training step
 (features, hidden, classes from ``--gcn``: forward, backward, gradient all-reduce).  Speed-up and
 efficiency are against P = 1 of the same graph and partition.  Each row is appended to
 ``--out`` as it is measured; cases that would start after ``--deadline`` seconds are skipped.
@@ -266,15 +267,26 @@ def _scaling_rank(rank, world, port, args, start):
                                         size=local_rows.shape, device=device)
         gen = torch.Generator(device=device).manual_seed(7)
         nodes = torch.as_tensor(dg.nodes, device=device)
-        for n in widths:
-            X_full = torch.randn(A.shape[0], n, generator=gen, device=device)  # the same on every rank
-            X = X_full[nodes].contiguous()
-            got = nsd.spmm(dg, X).double()
-            ref = torch.sparse.mm(ref_A, X_full.double())
+        rows, cols = (torch.as_tensor(ids, device=device) for ids in dg.edges())
+        # SDDMM checked on these entries (a generator of its own: gen draws the same X on every rank)
+        sample = torch.randperm(len(rows), generator=torch.Generator(device=device).manual_seed(rank),
+                                device=device)[:100_000]
+        edge_values = dg.values.double()[sample]
+        rows, cols = rows[sample], cols[sample]
+
+        def worst_error(got, ref):
             error = torch.tensor([(torch.linalg.norm(got - ref) / torch.linalg.norm(ref).clamp(min=1e-300)).item()],
                                  dtype=torch.float64, device=device)
             dist.all_reduce(error, op=dist.ReduceOp.MAX, group=group)
-            del X_full, got, ref
+            return error.item()
+
+        for n in widths:
+            X_full = torch.randn(A.shape[0], n, generator=gen, device=device)  # the same on every rank
+            X = X_full[nodes].contiguous()
+            error = worst_error(nsd.spmm(dg, X).double(), torch.sparse.mm(ref_A, X_full.double()))
+            sddmm_error = worst_error(nsd.sddmm(dg, X, X).double()[sample],
+                                      edge_values * (X_full[rows].double() * X_full[cols].double()).sum(1))
+            del X_full
             state = {}
 
             def exchange():
@@ -287,7 +299,11 @@ def _scaling_rank(rank, world, port, args, start):
             loc = _median_max(times(local, group), group, device)
             call = _median_max(times(lambda: nsd.spmm(dg, X), group), group, device)
             emit(dict(info, op="spmm", n=n, ms=call * 1e3, exchange_ms=ex * 1e3, local_ms=loc * 1e3,
-                      exchange_mb=info["max_halo_rows"] * n * 4 / 2**20, error=error.item()))
+                      exchange_mb=info["max_halo_rows"] * n * 4 / 2**20, error=error))
+            loc = _median_max(times(lambda: nst.sddmm(dg.graph, X, state["ext"]), group), group, device)
+            call = _median_max(times(lambda: nsd.sddmm(dg, X, X), group), group, device)
+            emit(dict(info, op="sddmm", n=n, ms=call * 1e3, exchange_ms=ex * 1e3, local_ms=loc * 1e3,
+                      exchange_mb=info["max_halo_rows"] * n * 4 / 2**20, error=sddmm_error))
         # a 2-layer GCN training step: forward, backward, gradients summed over the ranks
         torch.manual_seed(0)
         X = torch.randn(dg.n_owned, f_in, device=device)
