@@ -1,7 +1,6 @@
-"""numbasparse.distributed: halo volumes per partitioning, and the time split of a distributed SpMM.
+"""numbasparse.distributed: halo volumes per partitioning, and strong and weak scaling over ranks.
 
     python benchmarks/distributed.py volumes DATA_DIR [--parts 2,4,8] [--n 64]
-    python benchmarks/distributed.py time [--graph rmat:16] [--ranks 1,2,4] [--backend gloo|nccl] [--n 64]
     python benchmarks/distributed.py scaling [--backend nccl] [--ranks 1,2,4] [--strong SPEC,...]
         [--weak SCALE] [--n 64,256] [--gcn 256,256,64] [--deadline SECONDS] [--out FILE.jsonl]
 
@@ -10,23 +9,20 @@
 ranks, the bytes per exchange of N float32 columns, and the load imbalance (largest rank's
 nonzeros-plus-rows over the mean).
 
-``time``: spawns P ranks (gloo: CPU tensors on the CPU backend; nccl: one GPU per rank) for each
-P in ``--ranks`` and partitioning, and reports the median over 20 calls of one ``spmm`` (sum) of
-N columns, split into the halo exchange and the local kernel (the slowest rank's), with the
-speed-up over P = 1.
-
-``scaling``: one world of max(P) ranks (one GPU each with nccl) and a process subgroup per P, so
-every P is timed in the same processes (one start-up, one compile).  Strong scaling: each
+``scaling``: one world of max(P) ranks (gloo: CPU tensors on the CPU backend; nccl: one GPU
+each) and a process subgroup per P, so every P is timed in the same processes (one start-up,
+one compile).  Strong scaling: each
 ``--strong`` graph at every P, contiguous and Louvain partitions (Louvain computed once per
 graph, packed per P; skipped above ``--louvain-max-nnz``); weak scaling: ``rmat:S+log2(P)`` at
 P ranks (nodes per rank fixed), contiguous.  ``rmat-gpu:SCALE`` draws R-MAT with torch on each
-rank's device (:func:`rmat_on_device`; seconds where the host takes minutes at scale 24).  Per case: the distributed ``spmm`` of each N
-checked against a float64 product of the rank's rows and ``sddmm`` (X with itself) on 100k
-sampled entries, then timed (median of 20, slowest rank): the halo exchange, the local kernel,
-and the whole call; and a 2-layer GCN training step
-(features, hidden, classes from ``--gcn``: forward, backward, gradient all-reduce).  Speed-up and
-efficiency are against P = 1 of the same graph and partition.  Each row is appended to
-``--out`` as it is measured; cases that would start after ``--deadline`` seconds are skipped.
+rank's device (:func:`rmat_on_device`; seconds where the host takes minutes at scale 24).  Per
+case: the distributed ``spmm`` of each N checked against a float64 product of the rank's rows
+and ``sddmm`` (X with itself) on 100k sampled entries, then timed (median of 20, slowest rank):
+the halo exchange, the local kernel, and the whole call; and a 2-layer GCN training step
+(features, hidden, classes from ``--gcn``: forward, backward, gradient all-reduce).  Speed-up
+and efficiency are against the smallest P of ``--ranks`` (1 by default) of the same graph and
+partition.  Each row is appended to ``--out`` as it is measured; cases that would start after
+``--deadline`` seconds are skipped.
 """
 import argparse
 import json
@@ -64,75 +60,6 @@ def volumes(args):
                 rows.append(row)
                 print(f"{row['graph']:<20} {P:>2} {method:<10} {row['max_halo']:>13} {row['total_halo']:>11} "
                       f"{row['mb']:>11.2f} {row['imbalance']:>9.2f}", flush=True)
-    if args.out:
-        Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def _rank(rank, world, port, spec, method, backend, n_cols, queue):
-    import torch
-    import torch.distributed as dist
-
-    import numbasparse.distributed as nsd
-    import numbasparse.torch as nst
-    from numbasparse import graphs
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    device = "cpu"
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-        device = f"cuda:{rank}"
-    dist.init_process_group(backend, rank=rank, world_size=world)
-    try:
-        A = graphs.from_spec(spec)
-        dg = nsd.DistGraph(A, method=method, device=device)
-        X = torch.randn(dg.n_owned, n_cols, device=device)
-        sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
-        exchange, local = [], []
-        for i in range(25):
-            dist.barrier()
-            sync()
-            t0 = time.perf_counter()
-            ext = nsd.halo_exchange(dg, X)
-            sync()
-            t1 = time.perf_counter()
-            nst.spmm(dg.graph, ext)
-            sync()
-            t2 = time.perf_counter()
-            if i >= 5:
-                exchange.append(t1 - t0)
-                local.append(t2 - t1)
-        stats = torch.tensor([np.median(exchange), np.median(local), np.median(exchange) + np.median(local)],
-                             dtype=torch.float64, device=device)
-        gathered = [torch.zeros_like(stats) for _ in range(world)]
-        dist.all_gather(gathered, stats)
-        if rank == 0:
-            worst = torch.stack(gathered).max(dim=0).values.cpu().tolist()
-            queue.put(dict(exchange_ms=worst[0] * 1e3, local_ms=worst[1] * 1e3, total_ms=worst[2] * 1e3,
-                           halo_rows=int(dg.n_halo)))
-    finally:
-        dist.destroy_process_group()
-
-
-def timing(args):
-    import torch.multiprocessing as mp
-
-    context = mp.get_context("spawn")
-    print(f"{'graph':<12} {'method':<10} {'P':>2} {'exchange ms':>11} {'local ms':>9} {'total ms':>9} {'speed-up':>8}")
-    rows = []
-    for method in ("contiguous", "louvain"):
-        base = None
-        for P in [int(p) for p in args.ranks.split(",")]:
-            queue = context.SimpleQueue()
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            mp.spawn(_rank, args=(P, port, args.graph, method, args.backend, args.n, queue), nprocs=P, join=True)
-            row = dict(queue.get(), graph=args.graph, method=method, P=P, backend=args.backend, n=args.n)
-            base = base or row["total_ms"]
-            row["speedup"] = base / row["total_ms"]
-            rows.append(row)
-            print(f"{args.graph:<12} {method:<10} {P:>2} {row['exchange_ms']:>11.3f} {row['local_ms']:>9.3f} "
-                  f"{row['total_ms']:>9.3f} {row['speedup']:>8.2f}", flush=True)
     if args.out:
         Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -216,11 +143,12 @@ def _scaling_rank(rank, world, port, args, start):
             return
         key = (row["scaling"], row["graph_family"], row["method"], row["op"], row.get("n"))
         if row["P"] == ranks[0]:
-            base[key] = row["ms"] * ranks[0]
-        if key in base:
+            base[key] = row["ms"]
+        if key in base:  # against the smallest P run (1 unless --ranks leaves it out)
+            row["baseline_P"] = ranks[0]
             row["speedup"] = base[key] / row["ms"]
-            ideal = row["P"] if row["scaling"] == "strong" else 1.0
-            row["efficiency"] = (row["speedup"] if row["scaling"] == "strong" else base[key] / row["ms"]) / ideal
+            ideal = row["P"] / ranks[0] if row["scaling"] == "strong" else 1.0
+            row["efficiency"] = row["speedup"] / ideal
         if out:
             with open(out, "a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -388,12 +316,6 @@ def main():
     v.add_argument("--parts", default="2,4,8")
     v.add_argument("--n", type=int, default=64)
     v.add_argument("--out")
-    t = sub.add_parser("time")
-    t.add_argument("--graph", default="rmat:16")
-    t.add_argument("--ranks", default="1,2")
-    t.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    t.add_argument("--n", type=int, default=64)
-    t.add_argument("--out")
     c = sub.add_parser("scaling")
     c.add_argument("--backend", choices=("gloo", "nccl"), default="nccl")
     c.add_argument("--ranks", default="1,2,4")
@@ -408,7 +330,7 @@ def main():
     c.add_argument("--deadline", type=float, default=1e9, help="seconds after which no new case starts")
     c.add_argument("--out")
     args = parser.parse_args()
-    {"volumes": volumes, "time": timing, "scaling": scaling}[args.command](args)
+    {"volumes": volumes, "scaling": scaling}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -301,7 +301,7 @@ def sddmm_spmm(A, X, Y, Z, *, fused="auto", backend="auto"):
     A: scipy.sparse or :class:`CSR` (M, N); X: (M, K); Y: (N, K); Z: (N, F); of one value dtype,
     all NumPy or all CUDA arrays.  fused: True for one CUDA kernel (a warp per row; scores never
     stored), False for HP-SDDMM then HP-SpMM, "auto" (default) for the fused kernel where A's
-    longest row is short enough that one warp per row does not wait on it
+    longest row is short enough that one warp per row does not wait on it, and always for float16
     (:func:`numbasparse.dispatch.fuse_pays`).  Returns (M, F) of X's dtype and kind.
     """
     return _scores_times(A, X, Y, Z, ("X", "Y", "Z"), softmax=False, fused=fused, backend=backend)

@@ -131,6 +131,8 @@ class DistGraph:
         self.group = group
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:  # "cuda" is the current GPU
+            self.device = torch.device("cuda", torch.cuda.current_device())
         # gloo exchanges CPU tensors; NCCL exchanges CUDA tensors on this rank's GPU
         self._comm_device = torch.device("cpu") if dist.get_backend(group) == "gloo" else self.device
         # Everything local first; then every rank learns whether all succeeded and hold the same

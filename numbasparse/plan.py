@@ -1,4 +1,5 @@
-"""``prepare()``: upload and reorder a graph once, then run SpMM/SDDMM in the caller's node order."""
+"""``prepare()``: upload and reorder a graph once, then run SpMM/SDDMM in the caller's node order
+(or, with ``node_order="plan"``, in the plan's)."""
 import time
 
 import numpy as np
@@ -48,8 +49,9 @@ class _Ordered:
             self.entry_order = numbered.data.astype(np.int64)
             self.entry_inverse = np.argsort(self.entry_order).astype(np.int64)
             self.canonical = host
-            host = sp.csr_matrix((host.data[self.entry_order], numbered.indices.astype(host.indices.dtype),
-                                  numbered.indptr.astype(host.indptr.dtype)), shape=host.shape)
+            index = host.indices.dtype
+            host = sp.csr_matrix((host.data[self.entry_order], numbered.indices, numbered.indptr), shape=host.shape)
+            host.indices, host.indptr = host.indices.astype(index), host.indptr.astype(index)  # (scipy narrows)
         self.A = CSR(host, dtype=dtype) if backend == "cuda" else host
         self._by_dtype = {}
 
@@ -69,6 +71,9 @@ class _Ordered:
         values = {"perm": self.perm, "inverse": self.inverse, "entries": self.entry_inverse}[name]
         if not op.on_device:
             return values
+        if not isinstance(self.A, CSR):
+            raise TypeError(f"{op.name} is a CUDA array but the plan runs on the CPU backend: pass a host array "
+                            f"(or prepare the plan with backend='cuda')")
         from numba import cuda
 
         return self.A.cache.get_or_build("plans", ("plan_index", name), lambda: cuda.to_device(values))
@@ -94,7 +99,8 @@ class Plan:
     (:meth:`to_plan_order`, :meth:`to_caller_order` convert once).
     ``preprocess_seconds`` is the whole preparation time, ``reorder_seconds`` the part spent
     computing permutations (with ``reorder="auto"``, and predicting their effect).  With
-    ``reorder="auto"``, ``decisions`` maps each width N called so far to the record of
+    ``reorder="auto"``, ``decisions`` maps each width N called so far (with ``node_order="plan"``,
+    the one ``n_cols`` decided for in :func:`prepare`) to the record of
     :func:`numbasparse.reorder.locality.choose_order` (the method taken, or None, and why), and
     ``perm`` and ``A`` are those of the order taken last.
     """
@@ -103,6 +109,9 @@ class Plan:
         start = time.perf_counter()
         if reorder not in REORDERINGS:
             raise ValueError(f"reorder must be one of {REORDERINGS}, got {reorder!r}")
+        if reorder in (None, "auto") and reorder_args:
+            raise TypeError(f"reorder={reorder!r} takes no arguments, got {sorted(reorder_args)} (prepare's own "
+                            f"arguments are reorder, algorithm, backend, dtype, index_dtype, node_order and n_cols)")
         if node_order not in NODE_ORDERS:
             raise ValueError(f"node_order must be one of {NODE_ORDERS}, got {node_order!r}")
         decide_now = reorder == "auto" and node_order == "plan"
@@ -112,9 +121,6 @@ class Plan:
                              f"got n_cols={n_cols!r} with reorder={reorder!r}, node_order={node_order!r}")
         if decide_now and (isinstance(n_cols, bool) or not isinstance(n_cols, (int, np.integer)) or n_cols < 1):
             raise ValueError(f"n_cols must be a positive integer, got {n_cols!r}")
-        if reorder in (None, "auto") and reorder_args:
-            raise TypeError(f"reorder={reorder!r} takes no arguments, got {sorted(reorder_args)} (prepare's own "
-                            f"arguments are reorder, algorithm, backend, dtype and index_dtype)")
         host = canonical_csr(A, dtype=dtype, index_dtype=index_dtype)
         if reorder is not None and host.shape[0] != host.shape[1]:
             raise ValueError(f"reorder needs a square graph, A is {host.shape[0]}x{host.shape[1]}")
@@ -186,9 +192,11 @@ class Plan:
             raise ValueError("to_plan_order and to_caller_order are for plans with node_order='plan' (a "
                              "node_order='caller' plan permutes operands itself on every call)")
         x = arrays.dense(X, name, 2)
+        if self._fixed.perm is None:  # (a plan of the caller's order, square or not)
+            return X
         if x.shape[0] != self.shape[0]:
             raise ValueError(f"{name} must have one row per node ({self.shape[0]}), got shape {x.shape}")
-        return X if self._fixed.perm is None else self._fixed.gather(x, index, x.shape)
+        return self._fixed.gather(x, index, x.shape)
 
     def spmm(self, B, *, reduce="sum", out=None):
         """``spmm(A, B)`` in the caller's node order (in the plan's, for ``node_order="plan"``)."""

@@ -257,6 +257,9 @@ def _scores_times_setup(ctx, inputs, output):
 def _scores_times_backward(ctx, dout):
     values, X, Y, Z, rows = ctx.saved_tensors
     graph_key = ctx.graph_key
+    dtypes = (values.dtype, X.dtype, Y.dtype, Z.dtype)
+    if X.dtype in (torch.float16, torch.bfloat16):  # the recomputed scores in float32, as the fused
+        values, X, Y, Z, dout = (t.float() for t in (values, X, Y, Z, dout))  # forward keeps them
     s = _run("sddmm", values, X, Y, graph_key)
     weights = _edge_softmax(s, rows, ctx.n_rows) if ctx.softmax else s
     dZ = _run("spmm", weights, dout, graph_key, True) if ctx.needs_input_grad[3] else None
@@ -265,7 +268,8 @@ def _scores_times_backward(ctx, dout):
         ds = weights * (dweights - _row_sums(weights * dweights, rows, ctx.n_rows)[rows])
     else:
         ds = dweights
-    return _score_grads(ctx.needs_input_grad[:3], graph_key, values, X, Y, ds) + (dZ, None, None, None)
+    grads = _score_grads(ctx.needs_input_grad[:3], graph_key, values, X, Y, ds) + (dZ,)
+    return tuple(g if g is None else g.to(d) for g, d in zip(grads, dtypes)) + (None, None, None)
 
 
 def _extremum_forward(values, B, rows, cols, graph_key, reduce):

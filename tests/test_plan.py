@@ -71,6 +71,8 @@ def test_prepare_refuses_bad_arguments(graph):
         ns.prepare(graph, reorder="metis")
     with pytest.raises(TypeError, match="reorder=None takes no arguments, got \\['sead'\\]"):
         ns.prepare(graph, sead=1)  # a misspelt argument is not silently ignored
+    with pytest.raises(TypeError, match="got \\['ncols'\\].*node_order and n_cols"):
+        ns.prepare(graph, reorder="auto", node_order="plan", ncols=8)  # named, before n_cols is missed
     with pytest.raises(ValueError, match="square"):
         ns.prepare(sp.random(4, 5, format="csr"), reorder="loa")
 
@@ -206,3 +208,26 @@ def test_node_order_arguments_are_checked(graph):
     plan = ns.prepare(graph, reorder="rcm", backend="cpu", node_order="plan")
     with pytest.raises(ValueError, match="one row per node"):
         plan.to_plan_order(np.zeros((299, 2), np.float32))
+
+
+def test_a_reordered_plan_keeps_the_index_dtype_it_was_given(graph):
+    plan = ns.prepare(graph, reorder="rcm", backend="cpu", index_dtype=np.int64)
+    assert plan.A.indices.dtype == np.int64 and plan.A.indptr.dtype == np.int64
+    B = np.random.default_rng().standard_normal((300, 3)).astype(np.float32)
+    assert_close(plan.spmm(B), spmm_reference(graph, B), np.float32)
+
+
+def test_device_operands_on_a_cpu_plan_are_a_clear_error(graph):
+    for node_order in ("caller", "plan"):
+        plan = ns.prepare(graph, reorder="rcm", backend="cpu", node_order=node_order)
+        X = cuda.to_device(np.zeros((300, 2), np.float32))
+        with pytest.raises(TypeError, match="CUDA array but the plan runs on the CPU backend"):
+            plan.to_plan_order(X) if node_order == "plan" else plan.spmm(X)
+
+
+def test_a_plan_in_the_callers_order_takes_operands_of_a_non_square_graph():
+    R = sp.random(5, 8, density=0.4, format="csr", random_state=1, dtype=np.float32)
+    plan = ns.prepare(R, backend="cpu", node_order="plan")
+    B = np.random.default_rng().standard_normal((8, 3)).astype(np.float32)
+    assert plan.to_plan_order(B) is B
+    assert_close(plan.spmm(B), spmm_reference(R, B), np.float32)

@@ -324,6 +324,28 @@ def test_half_precision_results_and_gradients_match_float64(device, dtype, op):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_float16_attention_gradients_stay_finite_where_the_scores_exceed_its_range(device):
+    """Scores of 40 * 40 * 64 = 102400 overflow float16 (65504): the backward recomputes them in
+    float32, as the fused forward keeps them, so the gradients match float32's."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    A = sp.csr_matrix(np.ones((2, 3)))
+    V0 = np.random.default_rng(0).standard_normal((3, 4))
+    grads = {}
+    for dtype in (torch.float16, torch.float32):
+        graph = nst.Graph(A, device=device, dtype=dtype)
+        Q = torch.full((2, 64), 40.0, dtype=dtype, device=device, requires_grad=True)
+        K = torch.full((3, 64), 40.0, dtype=dtype, device=device, requires_grad=True)
+        V = torch.tensor(V0, dtype=dtype, device=device, requires_grad=True)
+        out = nst.graph_attention(graph, Q, K, V)
+        out.sum().backward()
+        assert torch.isfinite(out).all() and all(torch.isfinite(t.grad).all() for t in (Q, K, V))
+        grads[dtype] = [t.grad.double().cpu() for t in (Q, K, V)]
+    for got, want in zip(grads[torch.float16], grads[torch.float32]):
+        assert (got - want).norm() <= 2e-3 * max(want.norm(), 1.0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_autocast_runs_the_ops_in_its_dtype_with_gradients_in_the_parameters_dtype(device):
     rng, A, _ = _setup(device, shape=(20, 20), density=0.3, seed=4)
     graph = nst.Graph(A, device=device)  # float32 values
