@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from numba import cuda
 
 import numbasparse as ns
-from numbasparse import dispatch
+from numbasparse import arrays, dispatch
 from numbasparse.cuda import fused, hp, launch
 from numbasparse.reference import attention_reference, relative_error, sddmm_spmm_reference
 from fakes import view
@@ -173,13 +173,8 @@ def _host_operands(rng, dtype, m, n, k, f):
     return X.astype(dtype), Y.astype(dtype), rng.standard_normal((n, f)).astype(dtype)
 
 
-def _bits(host):
-    """What the kernels read: 16-bit floats as their uint16 bits."""
-    return host.view(np.uint16) if host.dtype.itemsize == 2 else host
-
-
 def _poisoned_output(shape, dtype):
-    return cuda.to_device(_bits(np.full(shape, np.nan, dtype)))
+    return cuda.to_device(arrays.device_storage(np.full(shape, np.nan, dtype)))
 
 
 def _run_fused(A, dtype, softmax, X, Y, Z, shape):
@@ -208,7 +203,7 @@ def test_fused_rows_match_float64_at_every_vector_width(name, softmax, k, n, wid
     rng = np.random.default_rng()
     A = _graph_with_empty_rows(rng, (6, 7))
     hosts = _host_operands(rng, dtype, 6, 7, k, n)
-    X, Y, Z = (cuda.to_device(_bits(h)) for h in hosts)
+    X, Y, Z = (cuda.to_device(arrays.device_storage(h)) for h in hosts)
     assert fused.row_widths(X, Y, Z, n) == widths
     got, dev, reference = _run_fused(A, dtype, softmax, X, Y, Z, (6, n))
     assert relative_error(got, _rounded_reference(reference, dev, *hosts)) <= bound
@@ -238,11 +233,11 @@ def test_an_operand_one_element_off_alignment_is_read_with_width_one(name, softm
     k = n = 136
     A = _graph_with_empty_rows(rng, (6, 7))
     hosts = _host_operands(rng, dtype, 6, 7, k, n)
-    X, Y, Z = (cuda.to_device(_bits(h)) for h in hosts)
+    X, Y, Z = (cuda.to_device(arrays.device_storage(h)) for h in hosts)
     host = hosts[1 if off == "Y" else 2]
-    flat = cuda.to_device(_bits(np.full(host.size + 1, np.nan, dtype)))
+    flat = cuda.to_device(arrays.device_storage(np.full(host.size + 1, np.nan, dtype)))
     shifted = flat[1:].reshape(host.shape)  # starts one element past the buffer's (aligned) start
-    shifted.copy_to_device(_bits(host))
+    shifted.copy_to_device(arrays.device_storage(host))
     Y, Z = (shifted, Z) if off == "Y" else (Y, shifted)
     xy_width, z_width = fused.row_widths(X, Y, Z, n)
     assert (xy_width == 1) == (off == "Y") and (z_width == 1) == (off == "Z") and xy_width * z_width > 1
