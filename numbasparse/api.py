@@ -14,7 +14,7 @@ from . import arrays, dispatch, replay
 from .csr import CSR, canonical_csr, is_canonical, sparse_operand
 from .dtypes import INDEX_DTYPES, compute_dtype, is_half, storage_dtype
 from .cuda import hc
-from .cuda.device import allocating
+from .cuda.device import allocating, on_gpu_of
 from .reductions import NAMES as REDUCTIONS
 
 
@@ -98,6 +98,13 @@ def _operands(*named):
     return ops
 
 
+def _on_operands_gpu(A, *ops):
+    """The call's GPU made current (:func:`numbasparse.cuda.device.on_gpu_of`): the one holding
+    A (a :class:`CSR`) and the device operands; a no-op with one GPU."""
+    named = [("A", A.indptr)] if isinstance(A, CSR) else []
+    return on_gpu_of(named + [(op.name, op.array) for op in ops if op.on_device])
+
+
 def _sparse_arrays(A):
     """(name, array) of the arrays of A that an output must not share memory with: the device
     arrays of a :class:`CSR`, else the host arrays of a scipy matrix."""
@@ -127,6 +134,7 @@ def _output(out, like, shape, dtype, A):
         raise ValueError(f"out must have shape {shape} and dtype {dtype}{also}, got {o.shape} {o.dtype}")
     if o.on_device:
         target = o.array
+        on_gpu_of([("B", like.array), ("out", target)])  # (only the check: B's GPU is current)
     else:
         if o.framework == "torch-cpu" and (out.requires_grad or not out.is_contiguous()):
             raise ValueError("out must be a C-contiguous tensor that does not require grad")
@@ -184,6 +192,12 @@ def _spmm(A, B, reduce, algorithm, backend, out, precision, record):
     m, k = A.shape
     if b.shape[0] != k:
         raise ValueError(f"A has {k} columns but B has {b.shape[0]} rows (A is {m}x{k}, B is {b.shape})")
+    with _on_operands_gpu(A, b):
+        return _spmm_checked(A, b, reduce, algorithm, backend, out, precision, record)
+
+
+def _spmm_checked(A, b, reduce, algorithm, backend, out, precision, record):
+    m = A.shape[0]
     algo = dispatch.resolve("spmm", algorithm, backend, b.on_device, b.shape[1], reduce, b.dtype.itemsize,
                             A, dtype=b.dtype, precision=precision)
     run = algo.run if precision == "ieee" else functools.partial(algo.run, tf32=True)
@@ -234,6 +248,11 @@ def _sddmm(A, X, Y, algorithm, backend, record):
         raise ValueError(f"A is {m}x{n}, so X must have {m} rows and Y {n} rows; got X {x.shape}, Y {y.shape}")
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"X and Y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
+    with _on_operands_gpu(A, x, y):
+        return _sddmm_checked(A, x, y, algorithm, backend, record)
+
+
+def _sddmm_checked(A, x, y, algorithm, backend, record):
     algo = dispatch.resolve("sddmm", algorithm, backend, x.on_device, x.shape[1], dtype=x.dtype)
 
     if algo.backend == "cpu":
@@ -278,7 +297,12 @@ def spmm_dense(A, X, W, *, backend="auto"):
         raise ValueError(f"A has {k} columns but X has {x.shape[0]} rows (A is {m}x{k}, X is {x.shape})")
     if w.shape[0] != x.shape[1]:
         raise ValueError(f"X has {x.shape[1]} columns but W has {w.shape[0]} rows (W is {w.shape})")
-    shape = (m, w.shape[1])
+    with _on_operands_gpu(A, x, w):
+        return _spmm_dense_checked(A, x, w, backend)
+
+
+def _spmm_dense_checked(A, x, w, backend):
+    shape = (A.shape[0], w.shape[1])
     algo = dispatch.resolve("spmm", "auto", backend, x.on_device, x.shape[1], dtype=x.dtype)
     if algo.backend == "cpu":
         x32, w32 = _cpu_operands(x.dtype, x.array, w.array)
@@ -333,8 +357,13 @@ def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"{names[0]} and {names[1]} must have the same number of columns, "
                          f"got {x.shape[1]} and {y.shape[1]}")
+    with _on_operands_gpu(A, x, y, z):
+        return _scores_times_checked(A, x, y, z, names, softmax, fused, backend)
+
+
+def _scores_times_checked(A, x, y, z, names, softmax, fused, backend):
     algo = dispatch.resolve("sddmm", "auto", backend, x.on_device, x.shape[1], dtype=x.dtype)
-    shape = (m, z.shape[1])
+    shape = (A.shape[0], z.shape[1])
     if algo.backend == "cpu":
         from . import cpu
 

@@ -234,8 +234,15 @@ class CSR:
         return other
 
     def transpose(self):
-        """``A^T`` as a new device-resident CSR (transposed on the host, then uploaded)."""
-        return CSR.from_scipy(self.to_scipy().T, dtype=self.dtype, index_dtype=self.index_dtype)
+        """``A^T`` as a new device-resident CSR (transposed on the host, then uploaded to this
+        matrix's GPU)."""
+        with self._on_its_gpu():
+            return CSR.from_scipy(self.to_scipy().T, dtype=self.dtype, index_dtype=self.index_dtype)
+
+    def _on_its_gpu(self):
+        from .cuda.device import on_gpu_of
+
+        return on_gpu_of([("A", self.indptr)])
 
     @property
     def T(self):
@@ -250,7 +257,8 @@ class CSR:
         if self._converted and type(self._owners[2]).__module__.split(".")[0] == "torch":
             values = self._owners[2].to(arrays.torch_dtype(dtype))
             return CSR._from_device(self._owners[0], self._owners[1], values, self._shape)
-        return CSR.from_scipy(self.to_scipy(), dtype=dtype, index_dtype=self.index_dtype)
+        with self._on_its_gpu():
+            return CSR.from_scipy(self.to_scipy(), dtype=dtype, index_dtype=self.index_dtype)
 
     def __repr__(self):
         return (f"<numbasparse.CSR {self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, "

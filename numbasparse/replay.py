@@ -26,6 +26,7 @@ Replays live in the ``replays`` section of the matrix's cache (:mod:`numbasparse
 from . import arrays
 from .csr import CSR
 from .cuda import launch
+from .cuda.device import on_gpu, one_device
 
 #: The call of a signature that is first replayed (earlier ones compile, bind and record).
 REPLAY_FROM_CALL = 4
@@ -46,7 +47,13 @@ def call(A, options, operands, out, new_outputs, full_call, args):
         return full_call(*args, _NOT_RECORDED)
     if type(entry) is Replay:
         outputs = new_outputs(A, *operands)
-        if entry([x.data_ptr() for x in operands + outputs], key[-1]):
+        pointers = [x.data_ptr() for x in operands + outputs]
+        if one_device():
+            replayed = entry(pointers, key[-1])
+        else:  # the operands' GPU current, as the full call made it
+            with on_gpu(key[1][0][2]):
+                replayed = entry(pointers, key[-1])
+        if replayed:
             return outputs[0] if len(outputs) == 1 else outputs
         entry = REPLAY_FROM_CALL - 1  # alignment differs, or the fast launch is off: record again
     return full_call(*args, _Recorder(A, key, (entry or 0) + 1))

@@ -15,7 +15,7 @@ def view(shape, ptr, typestr="<f4"):
 def stand_in_driver(monkeypatch):
     """Replaces the driver calls of :mod:`numbasparse.cuda.launch`; ``calls`` holds (function,
     grid, block, stream, slot values), ``fast`` is a fast launch of a kernel taking (int32[:],
-    float32[:, :], float32[:, :], int64, float32)."""
+    float32[:, :], float32[:, :], int64, float32) made from ``compiled``."""
     calls = []
 
     def cu_launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
@@ -35,7 +35,7 @@ def stand_in_driver(monkeypatch):
                         types.Array(types.float32, 2, "C"), types.int64, types.float32))
     fast = launch._FastLaunch(compiled)
     fast.n_slots = len(fast.slots)
-    return SimpleNamespace(calls=calls, fast=fast)
+    return SimpleNamespace(calls=calls, fast=fast, compiled=compiled)
 
 
 class DLPackOnly:

@@ -64,6 +64,65 @@ def one_device():
     return simulator_enabled() or len(cuda.gpus) == 1
 
 
+# Several GPUs ------------------------------------------------------------------------------
+# A kernel runs in the current context and reads its arrays by address, so a call must run on the
+# GPU holding its operands: launching there with another GPU current faults (or reads across
+# NVLink).  Torch and CuPy tensors may live on any GPU whatever the current one is, so the public
+# functions make their operands' GPU current for the call (:func:`on_gpu_of`).
+
+
+def gpu_of(array):
+    """Ordinal of the GPU whose memory holds the CUDA array ``array`` (any framework's: asked of
+    the driver by address), or None for an array holding no memory (no elements)."""
+    from cuda.bindings import driver
+
+    pointer = array.__cuda_array_interface__["data"][0]
+    if not pointer:
+        return None
+    err, ordinal = driver.cuPointerGetAttribute(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                                pointer)
+    if err:
+        raise ValueError(f"the CUDA array at address {pointer:#x} is not memory the CUDA driver knows ({err})")
+    return int(ordinal)
+
+
+def current_gpu():
+    """Ordinal of the GPU of the calling thread's current context, or None when it has none."""
+    from cuda.bindings import driver
+
+    err, device = driver.cuCtxGetDevice()
+    return None if err else int(device)
+
+
+def on_gpu_of(named):
+    """A context manager under which the GPU holding the CUDA arrays of ``named`` ((name, array)
+    pairs; None arrays skipped) is the current one, so that the call's uploads, scratch and
+    launches land there; ValueError naming two arrays held by different GPUs.  With one GPU (or
+    the simulator) nothing is asked: a no-op."""
+    if one_device():
+        return contextlib.nullcontext()
+    where = {}
+    for name, array in named:
+        ordinal = None if array is None else gpu_of(array)
+        if ordinal is not None:
+            where.setdefault(ordinal, name)
+    if len(where) > 1:
+        (a, first), (b, second) = list(where.items())[:2]
+        raise ValueError(f"{first} is on GPU {a} but {second} is on GPU {b}: numbasparse computes on one GPU, "
+                         f"move them to the same device first")
+    if not where:
+        return contextlib.nullcontext()
+    (ordinal,) = where
+    return contextlib.nullcontext() if current_gpu() == ordinal else cuda.gpus[ordinal]
+
+
+def on_gpu(ordinal):
+    """A context manager making GPU ``ordinal`` current (a no-op with one GPU or when it is)."""
+    if one_device() or current_gpu() == ordinal:
+        return contextlib.nullcontext()
+    return cuda.gpus[ordinal]
+
+
 _limits = {}
 
 

@@ -6,9 +6,10 @@ Every kernel of every family is launched here, through one of two calls:
   argument and wraps every array on each call (30-40 us from Python on an H100), so once a
   kernel has exactly one compiled signature, ``run`` writes the arguments itself, in Numba's
   kernel ABI, into a parameter buffer kept per kernel and calls the driver's ``cuLaunchKernel``
-  (about 6 us, BENCHMARKS.md "Host time per call").  It falls back to Numba's launch on the
-  simulator, with several GPUs (one compiled module per context), when an argument does not
-  match, and after a driver error (Numba's launch then sets up or reports what was wrong).
+  (about 6 us, BENCHMARKS.md "Host time per call"); with several GPUs, one buffer per kernel
+  and GPU (each context loads its own module).  It falls back to Numba's launch on the
+  simulator, when an argument does not match, and after a driver error (Numba's launch then
+  sets up or reports what was wrong).
 - :func:`run_bound` is ``run`` for launches repeated on one matrix: from a key's second call on,
   the arguments are packed once (a :class:`BoundLaunch`, kept in the matrix's cache) and a
   call writes only the data pointers of the operands that change.
@@ -26,6 +27,8 @@ import weakref
 
 import numpy as np
 from numba import cuda
+
+from .device import current_gpu, one_device
 
 #: Driver errors in a row after which a kernel's fast launch stays off (one error, e.g. from a
 #: thread with no current context, only sends that call through Numba's launch).
@@ -265,7 +268,11 @@ def observing(observer):
 
 # Launching ----------------------------------------------------------------------------------
 
-_fast_launch = {}  # dispatcher -> _FastLaunch, once it has one signature (factories keep dispatchers)
+_fast_launch = {}  # dispatcher (and GPU, with several) -> _FastLaunch, once it has one signature
+
+
+def _fast_key(kernel):
+    return kernel if one_device() else (kernel, current_gpu())
 
 
 def run(kernel, grid, block, stream, *args):
@@ -273,12 +280,13 @@ def run(kernel, grid, block, stream, *args):
     observer = getattr(_observer, "current", None)
     if observer is not None:
         observer.unbound()
-    entry = _fast_launch.get(kernel)
+    key = _fast_key(kernel)
+    entry = _fast_launch.get(key)
     if entry is not None and entry.launch(grid, block, stream, args):
         return
     kernel[grid, block, stream](*args)
     if entry is None and _driver() is not None and len(kernel.overloads) == 1:
-        _fast_launch[kernel] = _FastLaunch(next(iter(kernel.overloads.values())))
+        _fast_launch[key] = _FastLaunch(next(iter(kernel.overloads.values())))
 
 
 def run_bound(cache, key, kernel, grid, block, stream, args, variable):
@@ -304,9 +312,9 @@ def run_bound(cache, key, kernel, grid, block, stream, args, variable):
 def bind(kernel, grid, block, args, variable):
     """A :class:`BoundLaunch` of ``kernel[grid, block](*args)`` whose arguments at the indices
     ``variable`` change from call to call, or None where the fast launch is unavailable (the
-    simulator, several GPUs, a kernel not yet launched once through :func:`run`, arguments
+    simulator, a kernel not yet launched once through :func:`run` on the current GPU, arguments
     it cannot pack)."""
-    fast = _fast_launch.get(kernel)
+    fast = _fast_launch.get(_fast_key(kernel))
     values = fast.pack(args) if fast is not None and fast.enabled else None
     if values is None:
         return None
@@ -316,14 +324,12 @@ def bind(kernel, grid, block, args, variable):
 @functools.lru_cache(maxsize=None)
 def _driver():
     """The driver's cuLaunchKernel and cuMemsetD8Async (cuda.bindings, which numba-cuda
-    depends on), or None where they are not to be used: the simulator, several GPUs."""
+    depends on), or None on the simulator."""
     from numba.cuda import config
 
     if config.ENABLE_CUDASIM:
         return None
     try:
-        if len(cuda.gpus) != 1:
-            return None
         from cuda.bindings import driver
     except Exception:  # no driver or an older binding: keep Numba's launch (which will say why)
         return None
@@ -341,8 +347,10 @@ class _FastLaunch:
         from numba.np import numpy_support
 
         # numba-cuda loads modules as libraries: this is a CUkernel, which cuLaunchKernel takes
-        # in place of a CUfunction (CUDA 12+) and launches in the current context.
+        # in place of a CUfunction (CUDA 12+) and launches in the current context; it is the
+        # current GPU's, and with several GPUs a call elsewhere is refused (Numba's launch then).
         self.function = int(compiled._codelibrary.get_cufunc().handle)
+        self.gpu = None if one_device() else current_gpu()
         self.kinds = []
         n_slots = 0
         for ty in compiled.argument_types:
@@ -394,6 +402,8 @@ class _FastLaunch:
         (nothing was launched: the caller then launches through Numba, which sets up what was
         missing, e.g. a context on a new thread, or raises).  After FAST_LAUNCH_FAILURES errors
         in a row the fast path is off for good."""
+        if self.gpu is not None and current_gpu() != self.gpu:
+            return False
         gx, gy, gz = grid
         bx, by, bz = block
         (err,) = _driver()[0](self.function, gx, gy, gz, bx, by, bz, 0, handle, params_address, 0)
