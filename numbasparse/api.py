@@ -101,7 +101,7 @@ def _operands(*named):
 def _on_operands_gpu(A, *ops):
     """The call's GPU made current (:func:`numbasparse.cuda.device.on_gpu_of`): the one holding
     A (a :class:`CSR`) and the device operands; a no-op with one GPU."""
-    named = [("A", A.indptr)] if isinstance(A, CSR) else []
+    named = [("A", A._placed)] if isinstance(A, CSR) else []
     return on_gpu_of(named + [(op.name, op.array) for op in ops if op.on_device])
 
 

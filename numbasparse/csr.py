@@ -242,7 +242,14 @@ class CSR:
     def _on_its_gpu(self):
         from .cuda.device import on_gpu_of
 
-        return on_gpu_of([("A", self.indptr)])
+        return on_gpu_of([("A", self._placed)])
+
+    @property
+    def _placed(self):
+        """An array of this matrix that knows its GPU: the framework's own tensor when the matrix
+        was made from one (Numba's view of it names the GPU current then), else ``indptr``."""
+        owners = getattr(self, "_owners", None)
+        return self.indptr if owners is None else owners[0]
 
     @property
     def T(self):

@@ -29,6 +29,7 @@ def stand_in_driver(monkeypatch):
         return (0,)
 
     monkeypatch.setattr(launch, "_driver", lambda: (cu_launch_kernel, cu_memset_d8_async))
+    monkeypatch.setattr(launch, "one_device", lambda: True)  # one stand-in GPU, also on a host with several
     compiled = SimpleNamespace(
         _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle=1234)),
         argument_types=(types.Array(types.int32, 1, "C"), types.Array(types.float32, 2, "C"),

@@ -72,8 +72,19 @@ def one_device():
 
 
 def gpu_of(array):
-    """Ordinal of the GPU whose memory holds the CUDA array ``array`` (any framework's: asked of
-    the driver by address), or None for an array holding no memory (no elements)."""
+    """Ordinal of the GPU holding the CUDA array ``array`` (a framework's array, a Numba device
+    array or a :class:`numbasparse.arrays.DeviceView` of either), or None for one holding no
+    memory.  Asked of the framework (torch ``get_device``, DLPack's device, the Numba array's
+    context): the driver's pointer attribute reports the current GPU for memory that torch maps
+    itself (expandable segments), so it is only the last resort."""
+    owner = getattr(array, "owner", array)  # a DeviceView: the framework's array
+    if hasattr(owner, "get_device") and hasattr(owner, "is_cuda"):  # torch
+        return owner.get_device()
+    if hasattr(owner, "__dlpack_device__"):  # CuPy, JAX, ...
+        return int(owner.__dlpack_device__()[1])
+    context = getattr(getattr(owner, "gpu_data", None), "context", None)  # Numba: the context it was made in
+    if context is not None:
+        return int(context.device.id)
     from cuda.bindings import driver
 
     pointer = array.__cuda_array_interface__["data"][0]

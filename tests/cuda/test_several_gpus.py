@@ -27,9 +27,11 @@ def two_gpus(monkeypatch):
     return where, current
 
 
-def test_a_fast_launch_runs_only_on_the_gpu_it_was_made_on(two_gpus, monkeypatch):
-    _, current = two_gpus
+def test_a_fast_launch_runs_only_on_the_gpu_it_was_made_on(monkeypatch):
     driver = stand_in_driver(monkeypatch)
+    current = [0]
+    monkeypatch.setattr(launch, "one_device", lambda: False)
+    monkeypatch.setattr(launch, "current_gpu", lambda: current[0])
     fast = launch._FastLaunch(driver.compiled)  # made on GPU 0
     args = (view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384), 1, 0.5)
     assert fast.launch(1, 32, 0, args)
