@@ -110,11 +110,12 @@ def on_gpu_of(named):
     pairs; None arrays skipped) is the current one, so that the call's uploads, scratch and
     launches land there; ValueError naming two arrays held by different GPUs.  With one GPU (or
     the simulator) nothing is asked: a no-op."""
-    if one_device():
+    named = [(name, array) for name, array in named if array is not None]
+    if not named or one_device():  # (host operands: CUDA is not even initialised)
         return contextlib.nullcontext()
     where = {}
     for name, array in named:
-        ordinal = None if array is None else gpu_of(array)
+        ordinal = gpu_of(array)
         if ordinal is not None:
             where.setdefault(ordinal, name)
     if len(where) > 1:

@@ -64,6 +64,22 @@ def test_operands_on_two_gpus_are_refused_naming_them(two_gpus):
         ns.spmm(A, B, out=out)
 
 
+def test_host_only_calls_never_ask_for_the_gpus(monkeypatch):
+    """Counting the GPUs initialises CUDA, which a CPU-backend call must not (forked workers,
+    threads of a CPU-only process)."""
+    def asked():
+        raise AssertionError("a host-only call asked for the GPUs")
+
+    monkeypatch.setattr(device, "one_device", asked)
+    A = graphs.powerlaw(60, 4, seed=2)
+    rng = np.random.default_rng()
+    X, Y, Z = (rng.standard_normal((60, k)) for k in (5, 5, 3))
+    assert_close(ns.spmm(A, Z, backend="cpu"), spmm_reference(A, Z), np.float64)
+    assert_close(ns.sddmm(A, X, Y, backend="cpu").data, sddmm_reference(A, X, Y).data, np.float64)
+    assert_close(ns.graph_attention(A, X, Y, Z, backend="cpu"), attention_reference(A, X, Y, Z), np.float64)
+    assert_close(ns.spmm_dense(A, X, Y.T, backend="cpu"), spmm_reference(A, X) @ Y.T, np.float64)
+
+
 # Two real GPUs ------------------------------------------------------------------------------
 
 def _two_gpus_or_skip():
