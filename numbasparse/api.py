@@ -14,7 +14,8 @@ from . import arrays, dispatch, replay
 from .csr import CSR, canonical_csr, is_canonical, sparse_operand
 from .dtypes import INDEX_DTYPES, compute_dtype, is_half, storage_dtype
 from .cuda import hc
-from .cuda.device import allocating, on_gpu_of
+from .cuda import device as gpus
+from .cuda.device import allocating
 from .reductions import NAMES as REDUCTIONS
 
 
@@ -101,8 +102,11 @@ def _operands(*named):
 def _on_operands_gpu(A, *ops):
     """The call's GPU made current (:func:`numbasparse.cuda.device.on_gpu_of`): the one holding
     A (a :class:`CSR`) and the device operands; a no-op with one GPU."""
+    device_ops = [op for op in ops if op.on_device]
+    if not (device_ops or isinstance(A, CSR)) or gpus.one_device():  # (CUDA is initialised once either holds)
+        return gpus.NO_SWITCH
     named = [("A", A._placed)] if isinstance(A, CSR) else []
-    return on_gpu_of(named + [(op.name, op.array) for op in ops if op.on_device])
+    return gpus.on_gpu_of(named + [(op.name, op.array) for op in device_ops])
 
 
 def _sparse_arrays(A):
@@ -134,7 +138,7 @@ def _output(out, like, shape, dtype, A):
         raise ValueError(f"out must have shape {shape} and dtype {dtype}{also}, got {o.shape} {o.dtype}")
     if o.on_device:
         target = o.array
-        on_gpu_of([("B", like.array), ("out", target)])  # (only the check: B's GPU is current)
+        gpus.on_gpu_of([("B", like.array), ("out", target)])  # (only the check: B's GPU is current)
     else:
         if o.framework == "torch-cpu" and (out.requires_grad or not out.is_contiguous()):
             raise ValueError("out must be a C-contiguous tensor that does not require grad")

@@ -220,6 +220,9 @@ class CSR:
             raise ValueError(f"values must have shape ({self.nnz},), got {tuple(v.shape)}")
         if v.dtype != self.dtype:
             raise TypeError(f"values must be {self.dtype}, got {v.dtype}")
+        from .cuda.device import on_gpu_of
+
+        on_gpu_of([("A", self._placed), ("values", v.array)])  # (the check only: on another GPU, ValueError)
         return self._with_data(v.array)
 
     def _with_data(self, data):

@@ -52,7 +52,7 @@ import numpy as np
 from . import arrays, cpu
 from ._compat import scipy_sparse as sp
 from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
-from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
+from .cuda.device import current_gpu, gpu_present, one_device, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
 from .dtypes import HALF_NAMES, storage_dtype
 from .preprocess.rows import longest_row
 from .preprocess.slab_tiles import entries_per_segment
@@ -162,13 +162,16 @@ _SM80_CHECKED = []
 def require_sm80(what, instead):
     """ValueError unless the GPU has compute capability 8.0 or newer, which ``what`` needs (its
     one-instruction bfloat16 conversions, or TF32 tensor cores); ``instead``: what to use."""
-    if simulator_enabled() or _SM80_CHECKED:
+    if simulator_enabled():
+        return
+    gpu = 0 if one_device() else current_gpu()
+    if gpu in _SM80_CHECKED:
         return
     from numba import cuda
 
     capability = cuda.get_current_device().compute_capability
     if capability >= (8, 0):
-        _SM80_CHECKED.append(True)  # (once per process: a call's host time counts)
+        _SM80_CHECKED.append(gpu)  # (once per GPU: a call's host time counts)
     else:
         raise ValueError(f"{what} need a GPU of compute capability 8.0 or newer (this one is "
                          f"{capability[0]}.{capability[1]}); use {instead}")

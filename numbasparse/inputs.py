@@ -147,7 +147,8 @@ def gpu_csr_parts(A, name="A"):
             return None
 
         A = A.tocsr()
-        return _torch_csr_parts(*(torch.as_tensor(x, device="cuda") for x in (A.indptr, A.indices, A.data)),
+        gpu = torch.device("cuda", A.data.device.id)  # its own GPU, not torch's current one
+        return _torch_csr_parts(*(torch.as_tensor(x, device=gpu) for x in (A.indptr, A.indices, A.data)),
                                 tuple(A.shape), name)
     return None
 

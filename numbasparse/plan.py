@@ -187,6 +187,12 @@ class Plan:
         """The rows of ``C`` (one per node, in the plan's order) back in the caller's order."""
         return self._permute_rows(C, "C", "inverse")
 
+    def _on_its_gpu(self, *ops):
+        """The plan's GPU (current at :func:`prepare`) made current for a call, its device operands
+        ``ops`` checked against it (:func:`numbasparse.cuda.device.on_gpu_of`): the permutations are
+        uploaded and gathered there."""
+        return api._on_operands_gpu(self._orders[None].A, *ops)
+
     def _permute_rows(self, X, name, index):
         if self.node_order != "plan":
             raise ValueError("to_plan_order and to_caller_order are for plans with node_order='plan' (a "
@@ -196,13 +202,18 @@ class Plan:
             return X
         if x.shape[0] != self.shape[0]:
             raise ValueError(f"{name} must have one row per node ({self.shape[0]}), got shape {x.shape}")
-        return self._fixed.gather(x, index, x.shape)
+        with self._on_its_gpu(x):
+            return self._fixed.gather(x, index, x.shape)
 
     def spmm(self, B, *, reduce="sum", out=None):
         """``spmm(A, B)`` in the caller's node order (in the plan's, for ``node_order="plan"``)."""
         b = arrays.dense(B, "B", 2)
         if b.shape[0] != self.shape[1]:
             raise ValueError(f"A has {self.shape[1]} columns but B has {b.shape[0]} rows")
+        with self._on_its_gpu(b):
+            return self._spmm(B, b, reduce, out)
+
+    def _spmm(self, B, b, reduce, out):
         order = self._order_for(b.shape[1], b.dtype.itemsize, out)
         A = order.matrix(b.dtype)
         if order.perm is None or self.node_order == "plan":
@@ -223,6 +234,10 @@ class Plan:
         if x.shape[0] != self.shape[0] or y.shape[0] != self.shape[1]:
             raise ValueError(f"A is {self.shape[0]}x{self.shape[1]}, so X must have {self.shape[0]} rows "
                              f"and Y {self.shape[1]}; got X {x.shape}, Y {y.shape}")
+        with self._on_its_gpu(x, y):
+            return self._sddmm(X, Y, x, y)
+
+    def _sddmm(self, X, Y, x, y):
         order = self._order_for(y.shape[1], y.dtype.itemsize)
         A = order.matrix(x.dtype)
         if order.perm is None or self.node_order == "plan":

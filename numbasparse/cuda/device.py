@@ -75,16 +75,19 @@ def gpu_of(array):
     """Ordinal of the GPU holding the CUDA array ``array`` (a framework's array, a Numba device
     array or a :class:`numbasparse.arrays.DeviceView` of either), or None for one holding no
     memory.  Asked of the framework (torch ``get_device``, DLPack's device, the Numba array's
-    context): the driver's pointer attribute reports the current GPU for memory that torch maps
-    itself (expandable segments), so it is only the last resort."""
+    context): the driver's pointer attribute answered GPU 0 for a torch tensor on GPU 1 (2x H100,
+    cause not established), so it is only the last resort."""
     owner = getattr(array, "owner", array)  # a DeviceView: the framework's array
     if hasattr(owner, "get_device") and hasattr(owner, "is_cuda"):  # torch
         return owner.get_device()
     if hasattr(owner, "__dlpack_device__"):  # CuPy, JAX, ...
         return int(owner.__dlpack_device__()[1])
-    context = getattr(getattr(owner, "gpu_data", None), "context", None)  # Numba: the context it was made in
-    if context is not None:
-        return int(context.device.id)
+    gpu_data = getattr(owner, "gpu_data", None)
+    if gpu_data is not None:  # Numba: the framework array it views, else the context it was allocated in
+        foreign = getattr(gpu_data, "owner", None)  # (as_cuda_array's context is merely the current one)
+        if hasattr(foreign, "__cuda_array_interface__") or hasattr(foreign, "__dlpack_device__"):
+            return gpu_of(foreign)
+        return int(gpu_data.context.device.id)
     from cuda.bindings import driver
 
     pointer = array.__cuda_array_interface__["data"][0]
@@ -112,7 +115,7 @@ def on_gpu_of(named):
     the simulator) nothing is asked: a no-op."""
     named = [(name, array) for name, array in named if array is not None]
     if not named or one_device():  # (host operands: CUDA is not even initialised)
-        return contextlib.nullcontext()
+        return NO_SWITCH
     where = {}
     for name, array in named:
         ordinal = gpu_of(array)
@@ -123,16 +126,19 @@ def on_gpu_of(named):
         raise ValueError(f"{first} is on GPU {a} but {second} is on GPU {b}: numbasparse computes on one GPU, "
                          f"move them to the same device first")
     if not where:
-        return contextlib.nullcontext()
+        return NO_SWITCH
     (ordinal,) = where
-    return contextlib.nullcontext() if current_gpu() == ordinal else cuda.gpus[ordinal]
+    return NO_SWITCH if current_gpu() == ordinal else cuda.gpus[ordinal]
 
 
 def on_gpu(ordinal):
     """A context manager making GPU ``ordinal`` current (a no-op with one GPU or when it is)."""
     if one_device() or current_gpu() == ordinal:
-        return contextlib.nullcontext()
+        return NO_SWITCH
     return cuda.gpus[ordinal]
+
+
+NO_SWITCH = contextlib.nullcontext()  # the context of a call that stays on the current GPU (reentrant)
 
 
 _limits = {}

@@ -286,7 +286,8 @@ def run(kernel, grid, block, stream, *args):
         return
     kernel[grid, block, stream](*args)
     if entry is None and _driver() is not None and len(kernel.overloads) == 1:
-        _fast_launch[key] = _FastLaunch(next(iter(kernel.overloads.values())))
+        # (keyed again: Numba's launch gives a thread with no context the current GPU's)
+        _fast_launch[_fast_key(kernel)] = _FastLaunch(next(iter(kernel.overloads.values())))
 
 
 def run_bound(cache, key, kernel, grid, block, stream, args, variable):

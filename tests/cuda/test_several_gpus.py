@@ -14,17 +14,61 @@ from strategies import assert_close
 
 # Stand-ins: the multi-GPU rules without a second GPU -------------------------------------------
 
+class _FakeGpu:
+    """``cuda.gpus[i]`` of the stand-in: entering makes GPU i current, leaving restores."""
+
+    def __init__(self, index, current):
+        self.index, self.current, self.saved = index, current, []
+
+    def __enter__(self):
+        self.saved.append(self.current[0])
+        self.current[0] = self.index
+
+    def __exit__(self, *exc):
+        self.current[0] = self.saved.pop()
+
+
 @pytest.fixture
 def two_gpus(monkeypatch):
-    """Pretend the host has two GPUs: ``where[id(array)]`` places an array (GPU 0 by default),
-    ``current[0]`` is the current GPU."""
+    """Pretend the host has two GPUs: ``where[id(array)]`` places an array (a DeviceView by its
+    owner; GPU 0 by default), ``current[0]`` is the current GPU, ``cuda.gpus[i]`` switches it."""
+    from types import SimpleNamespace
+
     where, current = {}, [0]
     monkeypatch.setattr(device, "one_device", lambda: False)
-    monkeypatch.setattr(device, "gpu_of", lambda array: where.get(id(array), 0))
+    monkeypatch.setattr(device, "gpu_of", lambda a: where.get(id(a), where.get(id(getattr(a, "owner", None)), 0)))
     monkeypatch.setattr(device, "current_gpu", lambda: current[0])
+    monkeypatch.setattr(device, "cuda", SimpleNamespace(gpus=[_FakeGpu(0, current), _FakeGpu(1, current)],
+                                                        get_current_device=lambda: SimpleNamespace(id=current[0])))
     monkeypatch.setattr(launch, "one_device", lambda: False)
     monkeypatch.setattr(launch, "current_gpu", lambda: current[0])
     return where, current
+
+
+@pytest.fixture
+def gpu_log(two_gpus, monkeypatch):
+    """(what, current GPU) of every launch and Numba allocation; what Numba allocates is placed
+    on the current GPU."""
+    from numba import cuda
+
+    where, current = two_gpus
+    log = []
+    run = launch.run
+
+    def logged_run(kernel, *args):
+        log.append(("launch", current[0]))
+        return run(kernel, *args)
+
+    monkeypatch.setattr(launch, "run", logged_run)
+    for name in ("to_device", "device_array"):
+        def allocate(*args, _real=getattr(cuda, name), **kwargs):
+            array = _real(*args, **kwargs)
+            log.append(("allocate", current[0]))
+            where[id(array)] = current[0]
+            return array
+
+        monkeypatch.setattr(cuda, name, allocate)
+    return log
 
 
 def test_a_fast_launch_runs_only_on_the_gpu_it_was_made_on(monkeypatch):
@@ -64,7 +108,79 @@ def test_operands_on_two_gpus_are_refused_naming_them(two_gpus):
         ns.spmm(A, B, out=out)
 
 
-def test_host_only_calls_never_ask_for_the_gpus(monkeypatch):
+def test_a_call_launches_and_allocates_on_its_operands_gpu(two_gpus, gpu_log):
+    from numba import cuda
+
+    where, current = two_gpus
+    current[0] = 1
+    A = ns.CSR.from_scipy(graphs.powerlaw(50, 4, seed=3))  # made on GPU 1
+    rng = np.random.default_rng()
+    B = rng.standard_normal((50, 6)).astype(np.float32)
+    B_dev = cuda.to_device(B)
+    current[0] = 0
+    gpu_log.clear()
+    C = ns.spmm(A, B_dev)
+    assert current[0] == 0 and gpu_log and all(gpu == 1 for _, gpu in gpu_log)
+    assert_close(C.copy_to_host(), spmm_reference(A.to_scipy(), B), np.float32)
+    gpu_log.clear()
+    ns.spmm(A, B, backend="cuda")  # host B: uploaded to A's GPU
+    assert gpu_log and all(gpu == 1 for _, gpu in gpu_log)
+
+
+def test_a_reordered_plan_gathers_on_its_gpu_and_refuses_operands_elsewhere(two_gpus, gpu_log):
+    from numba import cuda
+
+    where, current = two_gpus
+    A = graphs.powerlaw(60, 4, seed=5)
+    current[0] = 1
+    plan = ns.prepare(A, reorder="rcm", backend="cuda")  # lives on GPU 1
+    B = np.random.default_rng().standard_normal((60, 5)).astype(np.float32)
+    B_dev = cuda.to_device(B)
+    current[0] = 0
+    gpu_log.clear()
+    C = plan.spmm(B_dev)
+    assert current[0] == 0 and gpu_log and all(gpu == 1 for _, gpu in gpu_log)
+    assert_close(C.copy_to_host(), spmm_reference(A, B), np.float32)
+    B_other = cuda.to_device(B)  # made with GPU 0 current
+    with pytest.raises(ValueError, match="A is on GPU 1 but B is on GPU 0"):
+        plan.spmm(B_other)
+
+
+def test_values_on_another_gpu_than_the_pattern_are_refused(two_gpus):
+    from numba import cuda
+
+    where, _ = two_gpus
+    A = ns.CSR.from_scipy(graphs.powerlaw(40, 4, seed=1))
+    values = cuda.to_device(np.ones(A.nnz, np.float32))
+    where[id(values)] = 1
+    with pytest.raises(ValueError, match="A is on GPU 0 but values is on GPU 1"):
+        A.with_values(values)
+
+
+def test_a_gpu_array_is_placed_by_its_framework_before_the_driver():
+    """torch's device, then DLPack's, then a Numba array's foreign owner, then its context (the
+    driver's pointer attribute gave GPU 0 for torch memory on GPU 1)."""
+    from types import SimpleNamespace
+
+    from numbasparse.arrays import DeviceView
+
+    torch_like = SimpleNamespace(get_device=lambda: 3, is_cuda=True)
+    dlpack_like = SimpleNamespace(__dlpack_device__=lambda: (2, 2))
+    numba_own = SimpleNamespace(gpu_data=SimpleNamespace(owner=None, context=SimpleNamespace(
+        device=SimpleNamespace(id=1))))
+    numba_view_of_torch = SimpleNamespace(gpu_data=SimpleNamespace(owner=SimpleNamespace(
+        get_device=lambda: 3, is_cuda=True, __cuda_array_interface__={}), context=SimpleNamespace(
+        device=SimpleNamespace(id=0))))
+    assert device.gpu_of(torch_like) == 3
+    view = object.__new__(DeviceView)
+    view.owner = torch_like
+    assert device.gpu_of(view) == 3
+    assert device.gpu_of(dlpack_like) == 2
+    assert device.gpu_of(numba_own) == 1
+    assert device.gpu_of(numba_view_of_torch) == 3
+
+
+def test_cpu_backend_calls_on_host_operands_never_count_the_gpus(monkeypatch):
     """Counting the GPUs initialises CUDA, which a CPU-backend call must not (forked workers,
     threads of a CPU-only process)."""
     def asked():
@@ -120,6 +236,9 @@ def test_torch_operands_on_a_gpu_that_is_not_current_are_computed_there(graph):
         assert_close(s.cpu().numpy(), sddmm_reference(graph, X, Y).data, np.float32)
     assert torch.cuda.current_device() == 0 and device.current_gpu() == 0
     assert any(isinstance(key, tuple) and key[1] == 1 for key in launch._fast_launch)  # the fast launch, on GPU 1
+    from numbasparse.replay import Replay
+
+    assert any(type(entry) is Replay for entry in A1.cache.sections["replays"].values())
     assert_close(ns.sddmm_spmm(A1, t["X"], t["Y"], t["Z"]).cpu().numpy(),
                  sddmm_spmm_reference(graph, X, Y, Z), np.float32)
     assert_close(ns.graph_attention(A1, t["X"], t["Y"], t["Z"]).cpu().numpy(),
