@@ -330,7 +330,8 @@ def sddmm_spmm(A, X, Y, Z, *, fused="auto", backend="auto"):
     all NumPy or all CUDA arrays.  fused: True for one CUDA kernel (a warp per row; scores never
     stored), False for HP-SDDMM then HP-SpMM, "auto" (default) for the fused kernel where A's
     longest row is short enough that one warp per row does not wait on it, and always for float16
-    (:func:`numbasparse.dispatch.fuse_pays`).  Returns (M, F) of X's dtype and kind.
+    (:func:`numbasparse.dispatch.fuse_pays`).  Returns (M, F) of X's dtype and kind.  Repeated
+    fused calls on torch tensors are replayed as :func:`spmm`'s are.
     """
     return _scores_times(A, X, Y, Z, ("X", "Y", "Z"), softmax=False, fused=fused, backend=backend)
 
@@ -342,12 +343,22 @@ def graph_attention(A, Q, K, V, *, fused="auto", backend="auto"):
 
     A: scipy.sparse or :class:`CSR` (M, N); Q: (M, D); K: (N, D); V: (N, F).  fused: True for one
     CUDA kernel with an online softmax, False for HP-SDDMM, an edge-softmax kernel and HP-SpMM,
-    "auto" (default) as in :func:`sddmm_spmm`.
+    "auto" (default) as in :func:`sddmm_spmm`; repeated fused calls are replayed, as there.
     """
     return _scores_times(A, Q, K, V, ("Q", "K", "V"), softmax=True, fused=fused, backend=backend)
 
 
 def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
+    options = ("attention" if softmax else "sddmm_spmm", fused, type(fused), backend)  # (True and 1 differ)
+    return replay.call(A, options, (X, Y, Z), None, _scores_times_outputs, _scores_times_call,
+                       (A, X, Y, Z, names, softmax, fused, backend))
+
+
+def _scores_times_outputs(A, X, Y, Z):
+    return (X.new_empty((A.shape[0], Z.shape[1])),)
+
+
+def _scores_times_call(A, X, Y, Z, names, softmax, fused, backend, record):
     A = sparse_operand(A)
     if isinstance(fused, str) and fused != "auto":
         raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
@@ -362,10 +373,10 @@ def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
         raise ValueError(f"{names[0]} and {names[1]} must have the same number of columns, "
                          f"got {x.shape[1]} and {y.shape[1]}")
     with _on_operands_gpu(A, x, y, z):
-        return _scores_times_checked(A, x, y, z, names, softmax, fused, backend)
+        return _scores_times_checked(A, x, y, z, names, softmax, fused, backend, record)
 
 
-def _scores_times_checked(A, x, y, z, names, softmax, fused, backend):
+def _scores_times_checked(A, x, y, z, names, softmax, fused, backend, record):
     algo = dispatch.resolve("sddmm", "auto", backend, x.on_device, x.shape[1], dtype=x.dtype)
     shape = (A.shape[0], z.shape[1])
     if algo.backend == "cpu":
@@ -379,8 +390,10 @@ def _scores_times_checked(A, x, y, z, names, softmax, fused, backend):
     dev = _device_csr(A, x.dtype, names[0])
     if x.on_device:
         result, out = arrays.empty_like_framework(x, shape, x.dtype)
-        dispatch.sddmm_then_spmm(dev, x.array, y.array, z.array, out, softmax=softmax, fuse=fused,
-                                 stream=arrays.stream_of(x), like=x)
+        # (the fused kernel's calls are replayed; the unfused path's, with their intermediates, are not)
+        with record(x.array, y.array, z.array, out):
+            dispatch.sddmm_then_spmm(dev, x.array, y.array, z.array, out, softmax=softmax, fuse=fused,
+                                     stream=arrays.stream_of(x), like=x)
         return result
     out = _device_empty(shape, x.dtype)
     dispatch.sddmm_then_spmm(dev, *_to_device(x.array, y.array, z.array), out, softmax=softmax, fuse=fused)

@@ -174,9 +174,12 @@ def _fused_row(A, X, Y, Z, out, softmax, stream):
     if m == 0 or n == 0:
         return
     q = per_lane(n)
+    widths = row_widths(X, Y, Z, n)  # (from the operands' alignment: part of the key)
     grid, block = row_warp_grid(m, n, WARP * q)
-    kernel = fused_row_kernel(q, kernel_format(A.dtype), softmax, *row_widths(X, Y, Z, n))
-    launch.run(kernel, grid, block, stream, A.indptr, A.indices, A.data, X, Y, Z, out)
+    kernel = fused_row_kernel(q, kernel_format(A.dtype), softmax, *widths)
+    key = ("fused", softmax, q, widths, X.shape, Y.shape, Z.shape, X.dtype.str)
+    launch.run_bound(A.cache, key, kernel, grid, block, stream, (A.indptr, A.indices, A.data, X, Y, Z, out),
+                     (3, 4, 5, 6))
 
 
 def edge_softmax(A, values, out, *, stream=0):

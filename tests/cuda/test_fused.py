@@ -47,6 +47,22 @@ def test_wide_output_takes_several_column_passes(monkeypatch):
     assert_close(out.copy_to_host(), attention_reference(A, Q, K, V), np.float64)
 
 
+def test_the_fused_launch_is_bound_to_the_matrix_keyed_by_its_vector_widths(monkeypatch, host_alignment):
+    """A bound launch (so that repeated torch calls replay it), keyed by everything that picks the
+    kernel: another alignment of the operands must not reuse it."""
+    rng = np.random.default_rng()
+    A = ns.CSR.from_scipy(_graph((8, 8), rng), dtype=np.float32)
+    keys = []
+    run_bound = launch.run_bound
+    monkeypatch.setattr(launch, "run_bound", lambda cache, key, *rest: keys.append(key) or run_bound(cache, key, *rest))
+    X, Z = (cuda.to_device(rng.standard_normal((8, n)).astype(np.float32)) for n in (256, 12))
+    ns.graph_attention(A, X, X, Z, fused=True)
+    off = cuda.to_device(rng.standard_normal(8 * 256 + 1).astype(np.float32))[1:].reshape(8, 256)  # 4 bytes off
+    ns.graph_attention(A, off, off, Z, fused=True)
+    fused_keys = [k for k in keys if k[0] == "fused"]
+    assert len(fused_keys) == 2 and fused_keys[0] != fused_keys[1]
+
+
 def test_edge_softmax_normalises_each_row():
     rng = np.random.default_rng()
     A = _graph((8, 8), rng)

@@ -243,6 +243,27 @@ def test_repeated_torch_sddmm_is_replayed():
     assert replays(A) == 1
 
 
+@pytest.mark.parametrize("softmax", [False, True], ids=["sddmm_spmm", "attention"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_repeated_torch_score_products_are_replayed_where_fused(softmax, fused):
+    """The fused kernel's calls are replayed from the fourth on (fresh operands, fresh outputs);
+    the unfused path, whose intermediates are no operands, always makes the full call."""
+    from numbasparse.reference import attention_reference, sddmm_spmm_reference
+
+    torch = pytest.importorskip("torch")
+    graph = graphs.rmat(10, 8)
+    A = ns.CSR.from_scipy(graph)
+    op, reference = (ns.graph_attention, attention_reference) if softmax else (ns.sddmm_spmm, sddmm_spmm_reference)
+    for _ in range(6):
+        X, Y = (torch.randn(n, 24, device="cuda") for n in graph.shape)
+        Z = torch.randn(graph.shape[1], 40, device="cuda")
+        _freed_nan_block(torch, (graph.shape[0], 40))
+        out = op(A, X, Y, Z, fused=fused)
+        expected = reference(graph, *(t.cpu().numpy().astype(np.float64) for t in (X, Y, Z)))
+        assert_close(out.cpu().numpy(), expected, np.float32)
+    assert replays(A) == (1 if fused else 0)
+
+
 @pytest.mark.parametrize("graph, reduce", [(graphs.rmat(10, 8), "sum"), (graphs.rmat(12, 16), "max"),
                                            (graphs.rmat(12, 16), "sum")],
                          ids=["single-launch-sum", "fill-max", "memset-sum"])
