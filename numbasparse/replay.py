@@ -26,7 +26,7 @@ Replays live in the ``replays`` section of the matrix's cache (:mod:`numbasparse
 from . import arrays
 from .csr import CSR
 from .cuda import launch
-from .cuda.device import on_gpu, one_device
+from .cuda.device import on_gpu, one_device, out_of_memory
 
 #: The call of a signature that is first replayed (earlier ones compile, bind and record).
 REPLAY_FROM_CALL = 4
@@ -46,7 +46,13 @@ def call(A, options, operands, out, new_outputs, full_call, args):
     except TypeError:  # an unhashable option: the full call says what is wrong with it
         return full_call(*args, _NOT_RECORDED)
     if type(entry) is Replay:
-        outputs = new_outputs(A, *operands)
+        try:
+            outputs = new_outputs(A, *operands)
+        except Exception as error:  # the full call's MemoryError for an exhausted GPU, on a replay too
+            replacement = out_of_memory(error, "the call's output", None)
+            if replacement is error:
+                raise
+            raise replacement from error
         pointers = [x.data_ptr() for x in operands + outputs]
         if one_device():
             replayed = entry(pointers, key[-1])

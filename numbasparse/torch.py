@@ -103,14 +103,19 @@ class Graph:
             ones = torch.ones(self.nnz, dtype=values.dtype, device=values.device)
             self._device_csr[key] = CSR._from_device(indptr.to(narrow), indices.to(narrow), ones, shape)
         values = values.contiguous()
-        # The matrix of the last values seen, kept while they are passed again (the same memory:
-        # it holds them, so their address is not reused), so that its launches stay bound and
-        # repeated calls are replayed; values changed in place are read at each launch.
-        cached = self._with_values.get(key)
-        if cached is None or cached[0] != (values.data_ptr(), values.numel()):
-            cached = self._with_values[key] = ((values.data_ptr(), values.numel()),
-                                               self._device_csr[key].with_values(values))
-        return cached[1]
+        # The matrices of the last few values seen (each holds its values, so their address is not
+        # reused), so that a forward's launches stay bound and its calls replay although the
+        # backward passes other values (ones, weights) in between; values changed in place are
+        # read at each launch.
+        recent = self._with_values.setdefault(key, {})
+        address = (values.data_ptr(), values.numel())
+        matrix = recent.pop(address, None)
+        if matrix is None:
+            matrix = self._device_csr[key].with_values(values)
+            if len(recent) >= _RECENT_VALUES:
+                del recent[next(iter(recent))]  # the least recently used
+        recent[address] = matrix
+        return matrix
 
     @property
     def rows(self):
@@ -134,6 +139,7 @@ class Graph:
 
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_RECENT_VALUES = 4  # matrices kept per (pattern, dtype): a training step's forward values and its backward's
 _AUTOCAST_FROM = (torch.float32, torch.float16, torch.bfloat16)  # what autocast casts (float64 stays)
 
 

@@ -95,3 +95,25 @@ def test_a_call_signature_is_replayed_from_its_replay_from_call_th_call(driver, 
     assert results[:first] == ["full call"] * first
     assert all(r is output for r in results[first:])
     assert driver.calls[-1][4][7 + 4] == 8192 + 1024  # the replayed launch got the new B
+
+
+def test_a_replay_that_cannot_allocate_its_output_raises_the_full_calls_memory_error(monkeypatch):
+    class OutOfMemoryError(RuntimeError):  # (torch's name for it)
+        pass
+
+    monkeypatch.setattr(replay, "_signature", lambda *args: ("options", 0))
+    A = SimpleNamespace(cache=MatrixCache())
+    A.cache.put("replays", ("options", 0), replay.Replay((), ()))
+    operand = SimpleNamespace(data_ptr=lambda: 8192)
+
+    def no_memory(A, B):
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(MemoryError, match="out of GPU memory allocating the call's output"):
+        replay.call(A, (), (operand,), None, no_memory, None, ())
+
+    def other(A, B):
+        raise KeyError("not memory")
+
+    with pytest.raises(KeyError):
+        replay.call(A, (), (operand,), None, other, None, ())

@@ -37,12 +37,14 @@ def require_cuda(what):
 
 def out_of_memory(error, what, n_bytes):
     """``error`` itself, or, for the GPU's out-of-memory error of any framework (Numba, PyTorch,
-    CuPy), a MemoryError naming ``what`` and its size, to raise in its place."""
+    CuPy), a MemoryError naming ``what`` and its size (``n_bytes``, None: unknown), to raise in its
+    place."""
     code = getattr(error, "code", None)
     if isinstance(error, MemoryError) or not (
             code == 2 or "OutOfMemory" in type(error).__name__ or "out of memory" in str(error).lower()):
         return error
-    return MemoryError(f"out of GPU memory allocating {what}: {n_bytes} bytes ({n_bytes / 2**30:.2f} GiB)")
+    size = "" if n_bytes is None else f": {n_bytes} bytes ({n_bytes / 2**30:.2f} GiB)"
+    return MemoryError(f"out of GPU memory allocating {what}{size}")
 
 
 @contextlib.contextmanager

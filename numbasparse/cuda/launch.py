@@ -287,7 +287,7 @@ def run(kernel, grid, block, stream, *args):
     kernel[grid, block, stream](*args)
     if entry is None and _driver() is not None and len(kernel.overloads) == 1:
         # (keyed again: Numba's launch gives a thread with no context the current GPU's)
-        _fast_launch[_fast_key(kernel)] = _FastLaunch(next(iter(kernel.overloads.values())))
+        _fast_launch.setdefault(_fast_key(kernel), _FastLaunch(next(iter(kernel.overloads.values()))))
 
 
 def run_bound(cache, key, kernel, grid, block, stream, args, variable):

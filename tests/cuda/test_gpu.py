@@ -243,9 +243,18 @@ def test_repeated_torch_sddmm_is_replayed():
     assert replays(A) == 1
 
 
+def _count_full_score_calls(monkeypatch):
+    from numbasparse import api
+
+    full = []
+    call = api._scores_times_call
+    monkeypatch.setattr(api, "_scores_times_call", lambda *args: full.append(1) or call(*args))
+    return full
+
+
 @pytest.mark.parametrize("softmax", [False, True], ids=["sddmm_spmm", "attention"])
 @pytest.mark.parametrize("fused", [True, False])
-def test_repeated_torch_score_products_are_replayed_where_fused(softmax, fused):
+def test_repeated_torch_score_products_are_replayed_where_fused(softmax, fused, monkeypatch):
     """The fused kernel's calls are replayed from the fourth on (fresh operands, fresh outputs);
     the unfused path, whose intermediates are no operands, always makes the full call."""
     from numbasparse.reference import attention_reference, sddmm_spmm_reference
@@ -254,6 +263,7 @@ def test_repeated_torch_score_products_are_replayed_where_fused(softmax, fused):
     graph = graphs.rmat(10, 8)
     A = ns.CSR.from_scipy(graph)
     op, reference = (ns.graph_attention, attention_reference) if softmax else (ns.sddmm_spmm, sddmm_spmm_reference)
+    full = _count_full_score_calls(monkeypatch)
     for _ in range(6):
         X, Y = (torch.randn(n, 24, device="cuda") for n in graph.shape)
         Z = torch.randn(graph.shape[1], 40, device="cuda")
@@ -262,6 +272,24 @@ def test_repeated_torch_score_products_are_replayed_where_fused(softmax, fused):
         expected = reference(graph, *(t.cpu().numpy().astype(np.float64) for t in (X, Y, Z)))
         assert_close(out.cpu().numpy(), expected, np.float32)
     assert replays(A) == (1 if fused else 0)
+    assert len(full) == (ns.replay.REPLAY_FROM_CALL - 1 if fused else 6)
+
+
+def test_a_training_loop_replays_its_fused_forward_calls(monkeypatch):
+    """numbasparse.torch keeps the forward values' matrix while the backward passes other values,
+    so a training loop's forward attention is replayed from its fourth step on."""
+    torch = pytest.importorskip("torch")
+    import numbasparse.torch as nst
+
+    graph = graphs.rmat(10, 8)
+    g = nst.Graph(graph, device="cuda")
+    W = torch.randn(16, 16, device="cuda", requires_grad=True)
+    full = _count_full_score_calls(monkeypatch)
+    for _ in range(6):
+        H = torch.randn(graph.shape[0], 16, device="cuda")
+        Q = H @ W
+        nst.graph_attention(g, Q, Q, H).square().sum().backward()
+    assert len(full) == ns.replay.REPLAY_FROM_CALL - 1
 
 
 @pytest.mark.parametrize("graph, reduce", [(graphs.rmat(10, 8), "sum"), (graphs.rmat(12, 16), "max"),
