@@ -112,7 +112,8 @@ class Graph:
         matrix = recent.pop(address, None)
         if matrix is None:
             matrix = self._device_csr[key].with_values(values)
-            if len(recent) >= _RECENT_VALUES:
+            keep = _RECENT_VALUES if values.numel() * values.element_size() <= _RECENT_BYTES else 1
+            while len(recent) >= keep:
                 del recent[next(iter(recent))]  # the least recently used
         recent[address] = matrix
         return matrix
@@ -140,6 +141,7 @@ class Graph:
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _RECENT_VALUES = 4  # matrices kept per (pattern, dtype): a training step's forward values and its backward's
+_RECENT_BYTES = 64 << 20  # larger values keep one matrix (their calls are kernel-bound: replays save little)
 _AUTOCAST_FROM = (torch.float32, torch.float16, torch.bfloat16)  # what autocast casts (float64 stays)
 
 
