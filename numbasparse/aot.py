@@ -42,8 +42,9 @@ def _graphs():
 def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DTYPES, progress=True):
     """Compile (or find on disk) every kernel that ``spmm`` (sum, mean, max, min), ``sddmm``,
     ``sddmm_spmm`` and ``graph_attention`` (both paths of ``fused="auto"``) run for ``dtypes`` x
-    ``n`` x ``index_dtypes``, and store it in the on-disk cache.  Needs a GPU.  Returns {"loaded", "stored", "missed", "seconds"}: kernels
-    found on disk, compiled and stored, and compiled without an intact file to replace."""
+    ``n`` x ``index_dtypes``, and store it in the on-disk cache.  Needs a GPU.  Returns
+    {"loaded", "stored", "missed", "seconds"}: kernels found on disk, compiled and stored, and
+    compiled without an intact file to replace."""
     from numba import cuda
 
     from . import api, arrays, csr

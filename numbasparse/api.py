@@ -105,8 +105,8 @@ def _on_operands_gpu(A, *ops):
     device_ops = [op for op in ops if op.on_device]
     if not (device_ops or isinstance(A, CSR)) or gpus.one_device():  # (CUDA is initialised once either holds)
         return gpus.NO_SWITCH
-    named = [("A", A._placed)] if isinstance(A, CSR) else []
-    return gpus.on_gpu_of(named + [(op.name, op.array) for op in device_ops])
+    named = [(op.name, op.array) for op in device_ops]
+    return A._on_its_gpu(*named) if isinstance(A, CSR) else gpus.on_gpu_of(named)
 
 
 def _sparse_arrays(A):

@@ -220,9 +220,7 @@ class CSR:
             raise ValueError(f"values must have shape ({self.nnz},), got {tuple(v.shape)}")
         if v.dtype != self.dtype:
             raise TypeError(f"values must be {self.dtype}, got {v.dtype}")
-        from .cuda.device import on_gpu_of
-
-        on_gpu_of([("A", self._placed), ("values", v.array)])  # (the check only: on another GPU, ValueError)
+        self._on_its_gpu(("values", v.array))  # (the check only: values on another GPU, ValueError)
         return self._with_data(v.array)
 
     def _with_data(self, data):
@@ -242,10 +240,12 @@ class CSR:
         with self._on_its_gpu():
             return CSR.from_scipy(self.to_scipy().T, dtype=self.dtype, index_dtype=self.index_dtype)
 
-    def _on_its_gpu(self):
+    def _on_its_gpu(self, *named):
+        """This matrix's GPU made current (:func:`numbasparse.cuda.device.on_gpu_of`), the device
+        arrays of the (name, array) pairs ``named`` checked against it."""
         from .cuda.device import on_gpu_of
 
-        return on_gpu_of([("A", self._placed)])
+        return on_gpu_of([("A", self._placed), *named])
 
     @property
     def _placed(self):

@@ -52,7 +52,8 @@ import numpy as np
 from . import arrays, cpu
 from ._compat import scipy_sparse as sp
 from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
-from .cuda.device import current_gpu, gpu_present, one_device, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
+from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
+from .cuda.device import current_gpu, one_device
 from .dtypes import HALF_NAMES, storage_dtype
 from .preprocess.rows import longest_row
 from .preprocess.slab_tiles import entries_per_segment

@@ -130,7 +130,7 @@ def on_gpu_of(named):
     if not where:
         return NO_SWITCH
     (ordinal,) = where
-    return NO_SWITCH if current_gpu() == ordinal else cuda.gpus[ordinal]
+    return on_gpu(ordinal)
 
 
 def on_gpu(ordinal):

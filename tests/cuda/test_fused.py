@@ -52,11 +52,15 @@ def test_the_fused_launch_is_bound_to_the_matrix_keyed_by_its_vector_widths(monk
     kernel: another alignment of the operands must not reuse it."""
     rng = np.random.default_rng()
     A = ns.CSR.from_scipy(_graph((8, 8), rng), dtype=np.float32)
-    keys = []
+    keys = []  # the keys of launches bound to A's own cache
     run_bound = launch.run_bound
-    monkeypatch.setattr(launch, "run_bound",
-                        lambda cache, key, *rest: keys.append(key) or run_bound(cache, key, *rest) if cache is A.cache
-                        else run_bound(cache, key, *rest))
+
+    def recorded(cache, key, *rest):
+        if cache is A.cache:
+            keys.append(key)
+        return run_bound(cache, key, *rest)
+
+    monkeypatch.setattr(launch, "run_bound", recorded)
     X, Z = (cuda.to_device(rng.standard_normal((8, n)).astype(np.float32)) for n in (256, 12))
     ns.graph_attention(A, X, X, Z, fused=True)
     off = cuda.to_device(rng.standard_normal(8 * 256 + 1).astype(np.float32))[1:].reshape(8, 256)  # 4 bytes off
