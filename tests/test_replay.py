@@ -77,6 +77,7 @@ def test_observing_ends_with_its_block():
 def test_a_call_signature_is_replayed_from_its_replay_from_call_th_call(driver, monkeypatch):
     """Calls 1-3 make the full call (compile, bind, record), call 4 on are replayed."""
     monkeypatch.setattr(replay, "_signature", lambda *args: ("options", 0))  # one signature, stream 0
+    monkeypatch.setattr(replay, "one_device", lambda: True)  # (the signature names no GPU)
     A = SimpleNamespace(cache=MatrixCache())
     kernel = object()
     monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)

@@ -38,8 +38,13 @@ def two_gpus(monkeypatch):
     monkeypatch.setattr(device, "one_device", lambda: False)
     monkeypatch.setattr(device, "gpu_of", lambda a: where.get(id(a), where.get(id(getattr(a, "owner", None)), 0)))
     monkeypatch.setattr(device, "current_gpu", lambda: current[0])
+    # (each stand-in GPU reports an H100's limits, asked afresh: none leak into the real GPUs' entries)
+    limits = dict(MULTIPROCESSOR_COUNT=132, MAX_THREADS_PER_MULTIPROCESSOR=2048, MAX_REGISTERS_PER_MULTIPROCESSOR=65536,
+                  MEMORY_CLOCK_RATE=2_619_000, GLOBAL_MEMORY_BUS_WIDTH=5120, L2_CACHE_SIZE=50 << 20)
     monkeypatch.setattr(device, "cuda", SimpleNamespace(gpus=[_FakeGpu(0, current), _FakeGpu(1, current)],
-                                                        get_current_device=lambda: SimpleNamespace(id=current[0])))
+                                                        get_current_device=lambda: SimpleNamespace(id=current[0], **limits)))
+    monkeypatch.setattr(device, "_limits", {})
+    monkeypatch.setattr(device, "_memory", {})
     monkeypatch.setattr(launch, "one_device", lambda: False)
     monkeypatch.setattr(launch, "current_gpu", lambda: current[0])
     return where, current
