@@ -60,6 +60,18 @@ GATHER_DEPTH, GATHER_MIN_ROW, GATHER_MAX_WIDTH = 2, 16, 4
 #: 1.06-1.92x faster than 1 (the narrowest group covering K) in 13 of 14 cases, 0.98x in the
 #: other (a 0.04 ms call).
 SDDMM_VECTORS_PER_LANE = 4
+#: HP-SDDMM's DTP asks for this many full waves (HP-SpMM: WAVES) where each warp still gets at
+#: least two steps of its lane groups (:func:`sddmm_nnz_per_warp`).  Its nonzeros cost the same
+#: whatever their row, so the last, partly filled wave runs at low occupancy: with 2-4 waves
+#: that tail is up to a third of the kernel.  The tuner's timings of every DTP candidate (H100,
+#: 7 graphs x K = 64, 256) chose half the 2-wave pick in 12 of 14 cases; a warp with a single
+#: step pays its setup (the bisection for its first row) for too little work (BENCHMARKS.md,
+#: "HP-SpMM and HP-SDDMM").
+SDDMM_WAVES = 4
+#: A warp looking for the row of its next nonzero walks ``indptr`` one row at a time, and every
+#: WALK_PROBE rows looks that far ahead to bisect past runs of empty rows: a web crawl's pages
+#: without links leave runs of thousands (cnr-2000 directed: 2028), a dependent load each.
+WALK_PROBE = 16  # (a power of two: tested with a mask)
 #: The single launch is used only where no lane group writes more than MAX_ZEROED_ROWS empty
 #: rows, one after another, and no row spans more than MAX_SINGLE_LAUNCH_SPAN blocks after its
 #: first (its last block waits for the others' parts one block after another).
@@ -108,16 +120,23 @@ def full_wave(registers_per_thread=64):
     return device.device_limits()[0] * device.blocks_per_sm(WARPS_PER_BLOCK * WARP, registers_per_thread)
 
 
-def nnz_per_warp(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1):
+def nnz_per_warp(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1, waves=WAVES):
     """Dynamic Task Partition (paper 000, Eq. 4-5): the largest candidate nonzeros per warp
-    (per lane group when a warp holds ``groups_per_warp`` of them) that still launches WAVES
+    (per lane group when a warp holds ``groups_per_warp`` of them) that still launches ``waves``
     full waves of blocks on this GPU, so that small and sampled graphs fill every SM; the
     smallest candidate when even that cannot."""
     wave = full_wave(registers_per_thread)
     for candidate in NNZ_PER_WARP:
-        if cdiv(nnz, candidate * WARPS_PER_BLOCK * groups_per_warp) * n_tiles >= WAVES * wave:
+        if cdiv(nnz, candidate * WARPS_PER_BLOCK * groups_per_warp) * n_tiles >= waves * wave:
             return candidate
     return NNZ_PER_WARP[-1]
+
+
+def sddmm_nnz_per_warp(nnz, group):
+    """HP-SDDMM's DTP for lane groups of ``group`` lanes: nonzeros per warp for SDDMM_WAVES
+    waves where that is at least two steps of the warp's groups, else for WAVES waves."""
+    npw = nnz_per_warp(nnz, 1, waves=SDDMM_WAVES)
+    return npw if npw >= 2 * (WARP // group) else nnz_per_warp(nnz, 1)
 
 
 def single_launch(mean_row_nnz, span, empty_rows_per_group):
@@ -311,6 +330,30 @@ def _lookback(reduce_code, vec, cf, span, value_bits, flush):
     return finish_across_blocks
 
 
+@cuda.jit(device=True, inline="always")
+def row_of(indptr, lo, hi, position):
+    """The row holding nonzero ``position``, known to lie in rows [lo, hi]: bisection."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if indptr[mid + 1] <= position:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@cuda.jit(device=True, inline="always")
+def walk_to(indptr, row, last, position):
+    """The row holding nonzero ``position`` (at most row ``last``), walking from ``row``: one
+    row at a time, but every WALK_PROBE rows a look WALK_PROBE rows ahead, and past a run of
+    empty rows a bisection (the walk's common case, the next row or two, pays nothing extra)."""
+    while indptr[row + 1] <= position:
+        row += 1
+        if row & (WALK_PROBE - 1) == 0 and indptr[min(row + WALK_PROBE, last) + 1] <= position:
+            row = row_of(indptr, row + WALK_PROBE, last, position)
+    return row
+
+
 def _row_walk(width, init, merge, single, flush, zero_row):
     """(leave_partial, next_row): at a row's end, finish the group's row (store it, combine it
     atomically, or leave it in shared memory for the block merge), reset ``acc`` and move to the
@@ -330,11 +373,14 @@ def _row_walk(width, init, merge, single, flush, zero_row):
                 leave_partial(partials, slot, acc)
         elif active:
             flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
-        row += 1
-        while indptr[row + 1] == row_end:  # skip empty rows (filled, or zeroed here)
-            if single and active:
-                zero_row(C, row, j)
+        if single:  # the empty rows in between are this group's to zero (few: single_launch)
             row += 1
+            while indptr[row + 1] == row_end:
+                if active:
+                    zero_row(C, row, j)
+                row += 1
+        else:  # C is filled: skip them
+            row = walk_to(indptr, row + 1, indptr.shape[0] - 2, row_end)
         for v in range(width):
             acc[v] = init
         return row, row_end, indptr[row + 1]
@@ -647,18 +693,6 @@ def sddmm_hp_kernel(vec, group, value_dtype):
     to_compute, to_storage = converters(value_dtype)
     load = vector_load(vec, fmt=value_dtype)
 
-    @cuda.jit(device=True, inline="always")
-    def first_row(indptr, lo, hi, position):
-        """The row holding nonzero ``position``: smallest r in [lo, hi] with indptr[r + 1] >
-        position (the caller knows it lies there)."""
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if indptr[mid + 1] <= position:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
     @cuda.jit
     def sddmm_hp(indptr, indices, data, warp_rows, X, Y, out, nnz_per_warp):
         lane = cuda.threadIdx.x % WARP
@@ -672,13 +706,12 @@ def sddmm_hp_kernel(vec, group, value_dtype):
         seg_end = min(seg_start + nnz_per_warp, nnz)
         k_dim = X.shape[1]
         last_row = warp_rows[warp_id + 1] if warp_id + 1 < warp_rows.shape[0] else X.shape[0] - 1
-        row = first_row(indptr, warp_rows[warp_id], last_row, min(seg_start + g, seg_end - 1))
+        row = row_of(indptr, warp_rows[warp_id], last_row, min(seg_start + g, seg_end - 1))
         for base in range(seg_start, seg_end, groups):
             p = base + g
             partial = zero
             if p < seg_end:
-                while indptr[row + 1] <= p:
-                    row += 1
+                row = walk_to(indptr, row, last_row, p)
                 col = indices[p]
                 for k in range(lane_in_group * vec, k_dim, span):
                     x = load(X, row, k)
@@ -709,7 +742,7 @@ def sddmm_layout(k_dim, itemsize, X, Y):
 def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override, group_override=None):
     vec, group = sddmm_layout(k_dim, X.dtype.itemsize, X, Y)
     group = group_override or group
-    npw = nnz_per_warp_override or nnz_per_warp(A.nnz, 1)
+    npw = nnz_per_warp_override or sddmm_nnz_per_warp(A.nnz, group)
     grid = cdiv(cdiv(A.nnz, npw), WARPS_PER_BLOCK)
     return sddmm_hp_kernel(vec, group, kernel_format(A.dtype)), grid, npw, _pattern(A, "segment_rows", npw)
 

@@ -286,7 +286,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
         if "hp" in families:
             ranked.append(Candidate.of("hp"))
             _, group = hp.sddmm_layout(n_cols, itemsize, X, Y)
-            npw = hp.nnz_per_warp(A.nnz, 1)
+            npw = hp.sddmm_nnz_per_warp(A.nnz, group)
             groups = [g for g in (group, 2 * group, group // 2) if 1 <= g <= hp.WARP]
             npws = sorted({npw, max(1, npw // 2), 2 * npw})
             ranked += [Candidate.of("hp", group=g, nnz_per_warp=w) for g in groups for w in npws

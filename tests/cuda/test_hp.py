@@ -99,6 +99,35 @@ def test_lane_groups_split_rows_and_skip_empty_rows(lanes):
         assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
+def _empty_runs(rng, runs):
+    """Rows of 1-3 entries separated by runs of empty rows of the given lengths (then a last row)."""
+    lengths = []
+    for run in runs:
+        lengths += [int(rng.integers(1, 4))] + [0] * run
+    lengths.append(2)
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    cols = rng.integers(0, 20, len(rows))
+    return sp.csr_matrix((rng.standard_normal(len(rows)), (rows, cols)), shape=(len(lengths), 20))
+
+
+@pytest.mark.parametrize("runs", [(3, 4, 5), (14, 15, 16, 17), (6, 1, 37), (200, 0, 90)])
+def test_runs_of_empty_rows_are_skipped_by_search_in_both_kernels(runs):
+    """Runs of empty rows shorter and longer than the walk's look-ahead (hp.WALK_PROBE), inside
+    a group's nonzeros, in SpMM (filled C) and in SDDMM."""
+    rng = np.random.default_rng()
+    A = _empty_runs(rng, runs)
+    B = random_dense(rng, (20, 32), np.float32)
+    for reduce in ("sum", "max"):
+        C = run_hp(A, B, reduce, nnz_per_group=64, single=False)
+        assert_close(C, spmm_reference(A, B, reduce), np.float32)
+    X = random_dense(rng, (A.shape[0], 8), np.float32)
+    Y = random_dense(rng, (20, 8), np.float32)
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    out = cuda.to_device(np.full(dev.nnz, np.nan, np.float32))
+    hp.sddmm_hp(dev, cuda.to_device(X), cuda.to_device(Y), out, nnz_per_warp=64)
+    assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), np.float32)
+
+
 def test_dtp_shrinks_work_per_warp_for_small_graphs(monkeypatch):
     monkeypatch.setattr(device, "device_limits", lambda: (132, 2048, 65536))
     big = hp.nnz_per_warp(30_000_000, 1)
@@ -106,6 +135,11 @@ def test_dtp_shrinks_work_per_warp_for_small_graphs(monkeypatch):
     assert big == max(hp.NNZ_PER_WARP)
     assert small == min(hp.NNZ_PER_WARP)
     assert hp.nnz_per_warp(3_000_000, 1) < big
+    # SDDMM: twice the waves, unless a warp would get fewer than two steps of its lane groups
+    assert hp.sddmm_nnz_per_warp(3_000_000, 16) == hp.nnz_per_warp(3_000_000, 1) // 2
+    assert hp.sddmm_nnz_per_warp(50_000, 16) == small
+    assert hp.sddmm_nnz_per_warp(240_000, 2) == hp.nnz_per_warp(240_000, 1) == 16
+    assert hp.sddmm_nnz_per_warp(240_000, 8) == 8
 
 
 @settings(max_examples=12)  # simulated shuffles are slow
