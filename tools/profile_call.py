@@ -33,8 +33,8 @@ Bt = torch.randn(A.shape[1], N, device="cuda")
 Ct = torch.empty(A.shape[0], N, device="cuda")
 Xt = torch.randn(A.shape[0], N, device="cuda")
 Bn, Cn = cuda.as_cuda_array(Bt), cuda.as_cuda_array(Ct)
-torch_mm = BASELINES["torch_csr32"](A, "spmm", "sum", np.float32)  # the benchmark's yardsticks
-torch_sddmm = BASELINES["torch_sampled_addmm"](A, "sddmm", "sum", np.float32)
+torch_mm = BASELINES["torch_csr32"](A, "spmm", "sum", "float32")  # the benchmark's yardsticks
+torch_sddmm = BASELINES["torch_sampled_addmm"](A, "sddmm", "sum", "float32")
 Bd = arrays.dense(Bt, "B", 2)
 Bv, Cv = Bd.array, arrays.DeviceView.of_torch(Ct)
 stream = arrays.stream_of(Bd)
