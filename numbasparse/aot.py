@@ -77,6 +77,8 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
             if name == "short rows":
                 _hp_variants(A, B, reduce)
         api.sddmm(A, X, B)
+        if name == "short rows":  # the walk past runs of empty rows, which these graphs lack
+            _sddmm_skipping(A, X, B)
         if A.shape[0] == A.shape[1]:
             for fuse in (True, False):  # fused="auto" takes either by the longest row
                 api.graph_attention(A, X, X, X, fused=fuse)
@@ -105,6 +107,18 @@ def _hp_variants(A, B, reduce):
     for depth in (1, scale * hp.GATHER_DEPTH):
         for single in (True,) if is_half(A.dtype) else (True, False):  # 16-bit C: single launch only
             hp.spmm_hp(A, B, C, reduce, depth=depth, single=single)
+
+
+def _sddmm_skipping(A, X, Y):
+    """The HP-SDDMM variant that ``auto`` runs on graphs with long runs of empty rows."""
+    from numba import cuda
+
+    from .cuda import hp
+    from .dtypes import is_half, storage_dtype
+
+    if is_half(A.dtype):
+        X, Y = X.view(np.uint16), Y.view(np.uint16)
+    hp.sddmm_hp(A, X, Y, cuda.device_array(A.nnz, storage_dtype(A.dtype)), skips_runs=True)
 
 
 def _bar(done, total, what, width=30):

@@ -44,9 +44,9 @@ def kernel_configs():
                                 (*csr, I[::1], I[::1], I[::1], I[::1], V[:, ::1], V[:, ::1])))
         configs.append((f"fill_all {value}", fill.fill_all_kernel(value), (V[:, ::1],)))
         configs.append((f"fill_rows {value}/{index}", fill.fill_rows_kernel(value, index), (I[::1], I[::1], V[:, ::1], V, V)))
-        for vec, group in ((1, 1), (4, 8), (4, 32), (2, 32)):
-            configs.append((f"sddmm_hp vec={vec} group={group} {value}/{index}",
-                            hp.sddmm_hp_kernel(vec, group, value),
+        for vec, group, skips in ((1, 1, True), (4, 8, True), (4, 8, False), (4, 32, True), (2, 32, True)):
+            configs.append((f"sddmm_hp vec={vec} group={group} skips={skips} {value}/{index}",
+                            hp.sddmm_hp_kernel(vec, group, value, skips),
                             (*csr, I[::1], V[:, ::1], V[:, ::1], V[::1], numba.int64)))
         configs.append((f"sddmm_warp_row {value}/{index}", sddmm_warp.sddmm_warp_row_kernel(value),
                         (*csr, V[:, ::1], V[:, ::1], V[::1])))

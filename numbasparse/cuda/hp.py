@@ -71,6 +71,8 @@ SDDMM_WAVES = 4
 #: A warp looking for the row of its next nonzero walks ``indptr`` one row at a time, and every
 #: WALK_PROBE rows looks that far ahead to bisect past runs of empty rows: a web crawl's pages
 #: without links leave runs of thousands (cnr-2000 directed: 2028), a dependent load each.
+#: HP-SDDMM, whose groups cross a row end at almost every nonzero on short rows, looks ahead
+#: only on graphs with a longer run of empty rows (the check cost up to 12% at K = 32).
 WALK_PROBE = 16  # (a power of two: tested with a mask)
 #: The single launch is used only where no lane group writes more than MAX_ZEROED_ROWS empty
 #: rows, one after another, and no row spans more than MAX_SINGLE_LAUNCH_SPAN blocks after its
@@ -678,8 +680,9 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
 # SDDMM --------------------------------------------------------------------------------------
 
 @launch.kernel_factory
-def sddmm_hp_kernel(vec, group, value_dtype):
-    """Compile-once factory of the HP-SDDMM kernel.
+def sddmm_hp_kernel(vec, group, value_dtype, skips_runs=True):
+    """Compile-once factory of the HP-SDDMM kernel (``skips_runs``: the walk to a nonzero's row
+    looks ahead past runs of empty rows, :func:`walk_to`; else it steps row by row).
 
     Thread mapping: warp w owns nonzeros [w * nnz_per_warp, (w + 1) * nnz_per_warp), as in
     HP-SpMM; it is split into ``32 // group`` groups of ``group`` lanes, each group computing
@@ -711,7 +714,11 @@ def sddmm_hp_kernel(vec, group, value_dtype):
             p = base + g
             partial = zero
             if p < seg_end:
-                row = walk_to(indptr, row, last_row, p)
+                if skips_runs:
+                    row = walk_to(indptr, row, last_row, p)
+                else:
+                    while indptr[row + 1] <= p:
+                        row += 1
                 col = indices[p]
                 for k in range(lane_in_group * vec, k_dim, span):
                     x = load(X, row, k)
@@ -739,25 +746,30 @@ def sddmm_layout(k_dim, itemsize, X, Y):
     return vec, group
 
 
-def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override, group_override=None):
+def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override, group_override=None, skips_runs=None):
     vec, group = sddmm_layout(k_dim, X.dtype.itemsize, X, Y)
     group = group_override or group
     npw = nnz_per_warp_override or sddmm_nnz_per_warp(A.nnz, group)
     grid = cdiv(cdiv(A.nnz, npw), WARPS_PER_BLOCK)
-    return sddmm_hp_kernel(vec, group, kernel_format(A.dtype)), grid, npw, _pattern(A, "segment_rows", npw)
+    if skips_runs is None:
+        skips_runs = _pattern(A, "longest_empty_run") > WALK_PROBE
+    kernel = sddmm_hp_kernel(vec, group, kernel_format(A.dtype), bool(skips_runs))
+    return kernel, grid, npw, _pattern(A, "segment_rows", npw)
 
 
-def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None):
+def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_runs=None):
     """Launch HP-SDDMM: ``out[p] = a_p * <X[i], Y[j]>`` for each stored entry p = (i, j).
     Overrides of the rules, for tools and tests: ``nnz_per_warp`` (DTP), ``group`` (lanes per
-    nonzero, a power of two up to 32; each lane loops over K in vectors)."""
+    nonzero, a power of two up to 32; each lane loops over K in vectors), ``skips_runs`` (the
+    walk's look-ahead past runs of empty rows; default: where a run is longer than WALK_PROBE)."""
     if A.nnz == 0:
         return
     if group is not None and (group not in (1, 2, 4, 8, 16, 32)):
         raise ValueError(f"group must be a power of two from 1 to 32, got {group!r}")
     k_dim = X.shape[1]
-    key = ("sddmm_hp", k_dim, A.dtype.name, min(launch.alignment(X), launch.alignment(Y)), nnz_per_warp, group)
-    kernel, grid, npw, warp_rows = A.cache.get_or_build("plans", key,
-                                                        lambda: _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp, group))
+    key = ("sddmm_hp", k_dim, A.dtype.name, min(launch.alignment(X), launch.alignment(Y)), nnz_per_warp, group,
+           skips_runs)
+    kernel, grid, npw, warp_rows = A.cache.get_or_build(
+        "plans", key, lambda: _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp, group, skips_runs))
     args = (A.indptr, A.indices, A.data, warp_rows, X, Y, out, npw)
     launch.run_bound(A.cache, key, kernel, grid, WARPS_PER_BLOCK * WARP, stream, args, (4, 5, 6))

@@ -54,6 +54,15 @@ def empty_rows_per_group(indptr, nnz_per_group):
     return int(np.bincount(owner).max()) if owner.size else 0
 
 
+def longest_empty_run(indptr):
+    """The most consecutive empty rows (0 for a matrix with none)."""
+    empty = np.diff(np.asarray(indptr, np.int64)) == 0
+    if not empty.any():
+        return 0
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], empty.view(np.int8), [0]))))
+    return int((edges[1::2] - edges[::2]).max())
+
+
 def longest_row(indptr):
     """Entries in the longest row (0 for a matrix with no rows)."""
     indptr = np.asarray(indptr, np.int64)

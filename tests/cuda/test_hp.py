@@ -123,9 +123,20 @@ def test_runs_of_empty_rows_are_skipped_by_search_in_both_kernels(runs):
     X = random_dense(rng, (A.shape[0], 8), np.float32)
     Y = random_dense(rng, (20, 8), np.float32)
     dev = CSR.from_scipy(A, dtype=np.float32)
-    out = cuda.to_device(np.full(dev.nnz, np.nan, np.float32))
-    hp.sddmm_hp(dev, cuda.to_device(X), cuda.to_device(Y), out, nnz_per_warp=64)
-    assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), np.float32)
+    for skips_runs in (None, True, False):  # the rule's choice, then either walk
+        out = cuda.to_device(np.full(dev.nnz, np.nan, np.float32))
+        hp.sddmm_hp(dev, cuda.to_device(X), cuda.to_device(Y), out, nnz_per_warp=64, skips_runs=skips_runs)
+        assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), np.float32)
+
+
+def test_sddmm_looks_ahead_only_on_graphs_with_runs_of_empty_rows_longer_than_the_probe():
+    rng = np.random.default_rng(0)
+    X = cuda.to_device(random_dense(rng, (300, 8), np.float32))
+    Y = cuda.to_device(random_dense(rng, (20, 8), np.float32))
+    for runs, skips in (((3, hp.WALK_PROBE), False), ((3, hp.WALK_PROBE + 1), True)):
+        dev = CSR.from_scipy(_empty_runs(rng, runs), dtype=np.float32)
+        plan = hp._sddmm_plan(dev, 8, X[:dev.shape[0]], Y, None, None)
+        assert plan[0] is hp.sddmm_hp_kernel(*hp.sddmm_layout(8, 4, X, Y), "<f4", skips)
 
 
 def test_dtp_shrinks_work_per_warp_for_small_graphs(monkeypatch):

@@ -29,3 +29,10 @@ def test_nonempty_rows_and_longest_first():
     assert rows.nonempty_rows(indptr) == 3
     assert rows.longest_first(indptr).tolist() == [2, 0, 3, 1]
     assert rows.longest_first(indptr, balance=False).tolist() == [0, 1, 2, 3]
+
+
+def test_longest_empty_run_counts_consecutive_empty_rows():
+    assert rows.longest_empty_run(np.array([0, 1, 2])) == 0
+    assert rows.longest_empty_run(np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])) == 3  # runs of 2, 1 and 3
+    assert rows.longest_empty_run(np.array([0, 0, 0])) == 2
+    assert rows.longest_empty_run(np.array([0])) == 0
