@@ -45,7 +45,7 @@ def kernel_configs():
         configs.append((f"fill_all {value}", fill.fill_all_kernel(value), (V[:, ::1],)))
         configs.append((f"fill_rows {value}/{index}", fill.fill_rows_kernel(value, index), (I[::1], I[::1], V[:, ::1], V, V)))
         for vec, group, skips in ((1, 1, True), (4, 8, True), (4, 8, False), (4, 32, True), (2, 32, True)):
-            configs.append((f"sddmm_hp vec={vec} group={group} skips={skips} {value}/{index}",
+            configs.append((f"sddmm_hp vec={vec} group={group} skips_runs={skips} {value}/{index}",
                             hp.sddmm_hp_kernel(vec, group, value, skips),
                             (*csr, I[::1], V[:, ::1], V[:, ::1], V[::1], numba.int64)))
         configs.append((f"sddmm_warp_row {value}/{index}", sddmm_warp.sddmm_warp_row_kernel(value),
@@ -84,8 +84,10 @@ def kernel_configs():
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True),
                                 (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1])))
-        configs.append((f"sddmm_hp vec=8 group=4 {fmt}", hp.sddmm_hp_kernel(8, 4, fmt),
-                        (*csr, I[::1], H[:, ::1], H[:, ::1], H[::1], numba.int64)))
+        for skips in (False, True):
+            configs.append((f"sddmm_hp vec=8 group=4 skips_runs={skips} {fmt}",
+                            hp.sddmm_hp_kernel(8, 4, fmt, skips),
+                            (*csr, I[::1], H[:, ::1], H[:, ::1], H[::1], numba.int64)))
         for q, xy, z in ((2, 8, 2), (4, 4, 4), (8, 8, 8), (8, 1, 1)):  # the widest vectors; misaligned
             for softmax in (False, True):
                 configs.append((f"fused_row q={q} xy={xy} z={z} softmax={softmax} {fmt}",

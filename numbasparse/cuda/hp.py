@@ -61,18 +61,16 @@ GATHER_DEPTH, GATHER_MIN_ROW, GATHER_MAX_WIDTH = 2, 16, 4
 #: other (a 0.04 ms call).
 SDDMM_VECTORS_PER_LANE = 4
 #: HP-SDDMM's DTP asks for this many full waves (HP-SpMM: WAVES) where each warp still gets at
-#: least two steps of its lane groups (:func:`sddmm_nnz_per_warp`).  Its nonzeros cost the same
-#: whatever their row, so the last, partly filled wave runs at low occupancy: with 2-4 waves
-#: that tail is up to a third of the kernel.  The tuner's timings of every DTP candidate (H100,
-#: 7 graphs x K = 64, 256) chose half the 2-wave pick in 12 of 14 cases; a warp with a single
-#: step pays its setup (the bisection for its first row) for too little work (BENCHMARKS.md,
-#: "HP-SpMM and HP-SDDMM").
+#: least two steps of its lane groups (:func:`sddmm_nnz_per_warp`): its nonzeros cost the same
+#: whatever their row, so only the last, partly filled wave idles, a smaller share of more
+#: waves; a warp of one step pays its setup for too little work.  Measured: BENCHMARKS.md, "Runs
+#: of empty rows, and SDDMM's waves".
 SDDMM_WAVES = 4
 #: A warp looking for the row of its next nonzero walks ``indptr`` one row at a time, and every
-#: WALK_PROBE rows looks that far ahead to bisect past runs of empty rows: a web crawl's pages
-#: without links leave runs of thousands (cnr-2000 directed: 2028), a dependent load each.
-#: HP-SDDMM, whose groups cross a row end at almost every nonzero on short rows, looks ahead
-#: only on graphs with a longer run of empty rows (the check cost up to 12% at K = 32).
+#: WALK_PROBE rows looks that far ahead to bisect past a run of empty rows (a web crawl's pages
+#: without links leave thousands in a row, a dependent load each).  HP-SDDMM, whose groups cross
+#: a row end at almost every step on short rows, where the check costs a few percent, skips runs
+#: only on graphs that have one longer than WALK_PROBE (same section).
 WALK_PROBE = 16  # (a power of two: tested with a mask)
 #: The single launch is used only where no lane group writes more than MAX_ZEROED_ROWS empty
 #: rows, one after another, and no row spans more than MAX_SINGLE_LAUNCH_SPAN blocks after its
@@ -680,9 +678,9 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
 # SDDMM --------------------------------------------------------------------------------------
 
 @launch.kernel_factory
-def sddmm_hp_kernel(vec, group, value_dtype, skips_runs=True):
+def sddmm_hp_kernel(vec, group, value_dtype, skips_runs):
     """Compile-once factory of the HP-SDDMM kernel (``skips_runs``: the walk to a nonzero's row
-    looks ahead past runs of empty rows, :func:`walk_to`; else it steps row by row).
+    skips runs of empty rows, :func:`walk_to`; else it steps row by row).
 
     Thread mapping: warp w owns nonzeros [w * nnz_per_warp, (w + 1) * nnz_per_warp), as in
     HP-SpMM; it is split into ``32 // group`` groups of ``group`` lanes, each group computing
@@ -708,7 +706,7 @@ def sddmm_hp_kernel(vec, group, value_dtype, skips_runs=True):
             return  # the whole warp leaves together
         seg_end = min(seg_start + nnz_per_warp, nnz)
         k_dim = X.shape[1]
-        last_row = warp_rows[warp_id + 1] if warp_id + 1 < warp_rows.shape[0] else X.shape[0] - 1
+        last_row = warp_rows[warp_id + 1] if warp_id + 1 < warp_rows.shape[0] else indptr.shape[0] - 2
         row = row_of(indptr, warp_rows[warp_id], last_row, min(seg_start + g, seg_end - 1))
         for base in range(seg_start, seg_end, groups):
             p = base + g
@@ -761,7 +759,7 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_run
     """Launch HP-SDDMM: ``out[p] = a_p * <X[i], Y[j]>`` for each stored entry p = (i, j).
     Overrides of the rules, for tools and tests: ``nnz_per_warp`` (DTP), ``group`` (lanes per
     nonzero, a power of two up to 32; each lane loops over K in vectors), ``skips_runs`` (the
-    walk's look-ahead past runs of empty rows; default: where a run is longer than WALK_PROBE)."""
+    walk skips runs of empty rows; default: where a run is longer than WALK_PROBE)."""
     if A.nnz == 0:
         return
     if group is not None and (group not in (1, 2, 4, 8, 16, 32)):

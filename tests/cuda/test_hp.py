@@ -111,25 +111,55 @@ def _empty_runs(rng, runs):
 
 
 @pytest.mark.parametrize("runs", [(3, 4, 5), (14, 15, 16, 17), (6, 1, 37), (200, 0, 90)])
-def test_runs_of_empty_rows_are_skipped_by_search_in_both_kernels(runs):
-    """Runs of empty rows shorter and longer than the walk's look-ahead (hp.WALK_PROBE), inside
-    a group's nonzeros, in SpMM (filled C) and in SDDMM."""
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_runs_of_empty_rows_are_skipped_in_both_kernels(runs, index_dtype):
+    """Runs of empty rows shorter and longer than hp.WALK_PROBE between a group's nonzeros: SpMM
+    on a filled C, SDDMM with whole-warp groups (one nonzero per step, so a group walks every
+    row end) by the rule's walk and by either walk."""
     rng = np.random.default_rng()
     A = _empty_runs(rng, runs)
     B = random_dense(rng, (20, 32), np.float32)
     for reduce in ("sum", "max"):
-        C = run_hp(A, B, reduce, nnz_per_group=64, single=False)
+        C = run_hp(A, B, reduce, nnz_per_group=64, index_dtype=index_dtype, single=False)
         assert_close(C, spmm_reference(A, B, reduce), np.float32)
     X = random_dense(rng, (A.shape[0], 8), np.float32)
     Y = random_dense(rng, (20, 8), np.float32)
-    dev = CSR.from_scipy(A, dtype=np.float32)
-    for skips_runs in (None, True, False):  # the rule's choice, then either walk
+    dev = CSR.from_scipy(A, dtype=np.float32, index_dtype=index_dtype)
+    for skips_runs in (None, True, False):
         out = cuda.to_device(np.full(dev.nnz, np.nan, np.float32))
-        hp.sddmm_hp(dev, cuda.to_device(X), cuda.to_device(Y), out, nnz_per_warp=64, skips_runs=skips_runs)
+        hp.sddmm_hp(dev, cuda.to_device(X), cuda.to_device(Y), out, nnz_per_warp=64, group=32,
+                    skips_runs=skips_runs)
         assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), np.float32)
 
 
-def test_sddmm_looks_ahead_only_on_graphs_with_runs_of_empty_rows_longer_than_the_probe():
+class _CountingIndptr:
+    """``indptr`` for calling the walk's device functions on the host (the simulator runs them as
+    Python): counts the loads."""
+
+    def __init__(self, indptr):
+        self.indptr, self.shape, self.loads = indptr, indptr.shape, 0
+
+    def __getitem__(self, i):
+        self.loads += 1
+        return self.indptr[i]
+
+
+@pytest.mark.skipif(not device.simulator_enabled(), reason="calls device functions from the host")
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_the_walk_finds_every_row_and_crosses_a_long_run_in_few_loads(index_dtype):
+    lengths = np.zeros(2300, np.int64)
+    lengths[[0, 1, 5, 2200, 2201, 2250]] = [2, 1, 3, 1, 4, 2]  # a run of 2194 empty rows, empty rows at the end
+    indptr = np.concatenate(([0], np.cumsum(lengths))).astype(index_dtype)
+    last = len(lengths) - 1
+    for position in range(int(indptr[-1])):
+        expected = int(np.searchsorted(indptr, position, side="right")) - 1
+        for start in range(0, expected + 1, 7):
+            assert hp.walk_to(indptr, start, last, position) == expected
+            assert hp.row_of(indptr, start, last, position) == expected
+    counted = _CountingIndptr(indptr)
+    assert hp.walk_to(counted, 5, last, int(indptr[2200])) == 2200
+    assert counted.loads < 60  # a row at a time would take 2195
+def test_sddmm_skips_runs_only_on_graphs_with_a_run_of_empty_rows_longer_than_the_probe():
     rng = np.random.default_rng(0)
     X = cuda.to_device(random_dense(rng, (300, 8), np.float32))
     Y = cuda.to_device(random_dense(rng, (20, 8), np.float32))
