@@ -83,9 +83,10 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     """(method, perm, record): the order that pays for SpMM of square scipy CSR ``A`` (its
     pattern: the values are not read) with ``n_cols`` columns of ``itemsize`` bytes on a GPU of
     ``l2_bytes`` of L2 and ``bandwidth`` bytes/s of DRAM, or (None, None, record) to keep A's own
-    order.  ``record`` says why: B's and L2's bytes, the predicted fetches of each order, the bytes
-    a call would save net of the permutations, the seconds each order took to compute and the
-    calls to win them back, and ``model_seconds`` (the fetch predictions).  ``computed``: a dict
+    order.  ``record`` says why: B's and L2's bytes, the predicted fetches of each order (None for
+    one whose computing time could not be won back even if it fetched each B row once: not
+    predicted), the bytes a call would save net of the permutations, the seconds each order took
+    to compute and the calls to win them back, and ``model_seconds`` (the fetch predictions).  ``computed``: a dict
     {method: (perm, seconds)} of orders computed before (for other widths), filled in here, so
     that each order is computed and charged once; ``candidates``: (method, order function) pairs,
     default CANDIDATES; ``permutes``: whether each call permutes B in and C out (False for a
@@ -110,12 +111,17 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
         return None, None, dict(record, why="even one fetch per B row would not pay for the per-call "
                                              "permutations")
     best = (None, None)
+    most_saved = (natural - used_columns) * row_bytes - permute_bytes  # an order fetching each row once
     for method, order in candidates:
         fresh = method not in computed
         if fresh:
             start = time.perf_counter()
             computed[method] = (order(pattern), time.perf_counter() - start)
         perm, seconds = computed[method]
+        if seconds * bandwidth > payback_calls * most_saved:  # cannot pay back even then: no prediction
+            record[method] = dict(fetches=None, saved_bytes_per_call=None, seconds=seconds if fresh else 0.0,
+                                  payback_calls=float("inf"))
+            continue
         start = time.perf_counter()
         fetches = predicted_fetches(pattern, perm, held)
         record["model_seconds"] += time.perf_counter() - start

@@ -71,3 +71,22 @@ def test_no_order_is_computed_where_even_one_fetch_per_row_cannot_pay_the_permut
     method, _, record = locality.choose_order(band_graph(3000, 10), 8, 4, l2_bytes=2048, bandwidth=1e9,
                                               candidates=spy, permutes=False)
     assert method is None and computed == [] and "fetches each B row once" in record["why"]
+
+
+def test_an_order_too_slow_to_pay_back_even_at_one_fetch_per_row_is_not_predicted(monkeypatch):
+    """An order whose computing time exceeds PAYBACK_CALLS calls' best possible saving (each B row
+    fetched once) is not run through the fetch model, which costs seconds on large graphs."""
+    shuffled = graphs.shuffled(band_graph(3000, 10))
+    slow = dict(l2_bytes=2048, bandwidth=1e9)
+    predicted = []
+    real = locality.predicted_fetches
+    monkeypatch.setattr(locality, "predicted_fetches", lambda *a: predicted.append(1) or real(*a))
+    perm = np.arange(3000)
+    method, _, record = locality.choose_order(shuffled, 8, 4, **slow, candidates=(("rcm", None),),
+                                              computed={"rcm": (perm, 1e6)})  # a million seconds to compute
+    assert method is None and len(predicted) == 1  # the natural order's prediction only
+    assert record["rcm"]["fetches"] is None and record["rcm"]["payback_calls"] == float("inf")
+    predicted.clear()
+    method, _, record = locality.choose_order(shuffled, 8, 4, **slow, candidates=(("rcm", None),),
+                                              computed={"rcm": (perm, 0.0)})
+    assert len(predicted) == 2 and record["rcm"]["fetches"] is not None
