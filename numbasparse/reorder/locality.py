@@ -86,9 +86,9 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     order.  ``record`` says why: B's and L2's bytes, the predicted fetches of each order (None for
     one whose computing time could not be won back even if it fetched each B row once: not
     predicted), the bytes a call would save net of the permutations, the seconds each order took
-    to compute and the calls to win them back, and ``model_seconds`` (the fetch predictions).  ``computed``: a dict
-    {method: (perm, seconds)} of orders computed before (for other widths), filled in here, so
-    that each order is computed and charged once; ``candidates``: (method, order function) pairs,
+    to compute and the calls to win them back, and ``model_seconds`` (the fetch predictions).
+    ``computed``: a dict {method: (perm, seconds)} of orders computed before (for other widths),
+    filled in here, so that each order is computed and charged once; ``candidates``: (method, order function) pairs,
     default CANDIDATES; ``permutes``: whether each call permutes B in and C out (False for a
     plan whose caller keeps its features in the plan's order)."""
     computed = {} if computed is None else computed

@@ -159,6 +159,8 @@ def test_the_walk_finds_every_row_and_crosses_a_long_run_in_few_loads(index_dtyp
     counted = _CountingIndptr(indptr)
     assert hp.walk_to(counted, 5, last, int(indptr[2200])) == 2200
     assert counted.loads < 60  # a row at a time would take 2195
+
+
 def test_sddmm_skips_runs_only_on_graphs_with_a_run_of_empty_rows_longer_than_the_probe():
     rng = np.random.default_rng(0)
     X = cuda.to_device(random_dense(rng, (300, 8), np.float32))
