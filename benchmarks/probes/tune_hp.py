@@ -33,7 +33,7 @@ for spec, A in found.items():
         line = f"{spec:<10} nnz={A.nnz:<9} N={n:<4} torch {t_torch:7.3f} ms | default lanes,vec,cf={layout}"
         for lanes in sorted({32, 16, 8, layout[0]}):  # kernel time (CUPTI), ms
             _, vec, cf = hp.lane_layout(n, 4, B, lanes=lanes)
-            dtp = hp.nnz_per_warp(A.nnz, cdiv(n, lanes * vec * cf), groups_per_warp=WARP_SIZE // lanes)
+            dtp = hp.spmm_nnz_per_group(A.nnz, cdiv(n, lanes * vec * cf), groups_per_warp=WARP_SIZE // lanes)
             line += f"\n    lanes={lanes:<2} vec={vec} cf={cf} DTP={dtp:<4}"
             for npw in (8, 16, 32, 64, 128, 256, 512, 1024):
                 hp.spmm_hp(csr, B, C, "sum", nnz_per_group=npw, lanes=lanes)

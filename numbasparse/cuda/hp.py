@@ -1,12 +1,12 @@
 """HP-SpMM and HP-SDDMM (paper 000): hybrid node/edge parallelism over CSR.
 
 Every warp (for SpMM: every lane group of a warp) gets the same number of nonzeros, chosen by
-Dynamic Task Partition (:func:`nnz_per_warp`), whatever rows they fall in, so a heavy row is
-spread over many warps and light rows are packed into one: edge-parallel balance with
-node-parallel accumulation.  Unlike the paper's hybrid CSR/COO format, no COO row array is
-stored: the row of each segment's first nonzero is found once on the host
-(:func:`numbasparse.preprocess.rows.segment_rows`) and a warp walks ``indptr`` from there as
-its nonzeros cross row ends.
+Dynamic Task Partition (:func:`spmm_nnz_per_group`, :func:`nnz_per_warp`), whatever rows they
+fall in, so a heavy row is spread over many warps and light rows are packed into one:
+edge-parallel balance with node-parallel accumulation.  Unlike the paper's hybrid CSR/COO
+format, no COO row array is stored: the row of each segment's first nonzero is found once on
+the host (:func:`numbasparse.preprocess.rows.segment_rows`) and a warp walks ``indptr`` from
+there as its nonzeros cross row ends.
 
 This module holds the family's launch rules (lane layout, gather depth, DTP, single launch),
 its plans (kept in the matrix's cache), the SpMM kernel built from named device-function
@@ -14,6 +14,7 @@ parts (accumulate, store, row walk, cross-block look-back) and the SDDMM kernel.
 behind the rules: BENCHMARKS.md, "HP-SpMM and HP-SDDMM".
 """
 import collections
+import math
 
 import numba
 import numpy as np
@@ -39,11 +40,17 @@ WARPS_PER_BLOCK = 4
 #: Register cap of the float32 sum kernels with 8 columns per lane (not in the single launch):
 #: 8 blocks per SM instead of 7, at the cost of an 8-byte spill; faster at N = 128/256.
 MAX_REGISTERS = 64
-#: Candidate nonzeros per lane group (SpMM) or per warp (SDDMM), paper 000 section III-B2,
-#: largest first; 16 and 8 keep small graphs from being latency-bound.
+#: Candidate nonzeros per warp of HP-SDDMM's DTP (paper 000 section III-B2), largest first; 16
+#: and 8 keep small graphs from being latency-bound.
 NNZ_PER_WARP = (512, 256, 128, 64, 32, 16, 8)
-#: DTP's scale factor alpha: ask for at least this many full waves of blocks.
+#: HP-SDDMM's DTP scale factor alpha: ask for at least this many full waves of blocks.
 WAVES = 2
+#: Candidate nonzeros per lane group of HP-SpMM's DTP (:func:`spmm_nnz_per_group`).
+NNZ_PER_GROUP = (512, 256, 128, 64, 32, 16, 8, 4)
+#: HP-SpMM's DTP: a lane group's fixed cost (finding its first row, flushing the partial rows
+#: at its ends with atomics), in nonzeros' worth of work.  Fitted on the 18 shared graphs x
+#: N = 32..256 (one constant; 12-24 did as well): BENCHMARKS.md, "HP-SpMM's work per lane group".
+GROUP_COST = 16
 #: Fewest and most lanes per SpMM lane group: narrow groups give a warp several nonzeros per
 #: instruction where N is small.
 MIN_LANES, MAX_LANES = 4, 32
@@ -60,7 +67,7 @@ GATHER_DEPTH, GATHER_MIN_ROW, GATHER_MAX_WIDTH = 2, 16, 4
 #: 1.06-1.92x faster than 1 (the narrowest group covering K) in 13 of 14 cases, 0.98x in the
 #: other (a 0.04 ms call).
 SDDMM_VECTORS_PER_LANE = 4
-#: HP-SDDMM's DTP asks for this many full waves (HP-SpMM: WAVES) where each warp still gets at
+#: HP-SDDMM's DTP asks for this many full waves (rather than WAVES) where each warp still gets at
 #: least two steps of its lane groups (:func:`sddmm_nnz_per_warp`): its nonzeros cost the same
 #: whatever their row, so only the last, partly filled wave idles, a smaller share of more
 #: waves; a warp of one step pays its setup for too little work.  Measured: BENCHMARKS.md, "Runs
@@ -121,15 +128,29 @@ def full_wave(registers_per_thread=64):
 
 
 def nnz_per_warp(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1, waves=WAVES):
-    """Dynamic Task Partition (paper 000, Eq. 4-5): the largest candidate nonzeros per warp
-    (per lane group when a warp holds ``groups_per_warp`` of them) that still launches ``waves``
-    full waves of blocks on this GPU, so that small and sampled graphs fill every SM; the
-    smallest candidate when even that cannot."""
+    """Dynamic Task Partition (paper 000, Eq. 4-5), HP-SDDMM's: the largest candidate nonzeros
+    per warp (per lane group when a warp holds ``groups_per_warp`` of them) that still launches
+    ``waves`` full waves of blocks on this GPU, so that small and sampled graphs fill every SM;
+    the smallest candidate when even that cannot."""
     wave = full_wave(registers_per_thread)
     for candidate in NNZ_PER_WARP:
         if cdiv(nnz, candidate * WARPS_PER_BLOCK * groups_per_warp) * n_tiles >= waves * wave:
             return candidate
     return NNZ_PER_WARP[-1]
+
+
+def spmm_nnz_per_group(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1):
+    """HP-SpMM's Dynamic Task Partition: nonzeros per lane group.  Each group costs its
+    nonzeros plus a fixed GROUP_COST, and the GPU runs ``slots`` groups at once, so a call takes
+    about (work + groups x GROUP_COST) / slots plus the last group's own time (while it
+    finishes, the other SMs idle).  With ``p`` nonzeros per group that is
+    ``W (1 + GROUP_COST / p) + p`` for ``W`` nonzeros per slot, least at
+    ``p = sqrt(GROUP_COST x W)``: the candidate nearest it (geometrically).  Small groups on
+    a small graph pay the fixed cost over and over (instructions and split-row atomics); large
+    groups on a large graph leave SMs idle at the end, the more so the more unequal its rows."""
+    slots = full_wave(registers_per_thread) * WARPS_PER_BLOCK * groups_per_warp
+    best = math.sqrt(GROUP_COST * nnz * n_tiles / slots)
+    return min(NNZ_PER_GROUP, key=lambda p: abs(math.log2(p) - math.log2(max(best, 1.0))))
 
 
 def sddmm_nnz_per_warp(nnz, group):
@@ -604,7 +625,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
     n_tiles = cdiv(n, lanes * vec * cf)
     groups_per_warp = WARP // lanes
     if nnz_per_group is None:
-        nnz_per_group = nnz_per_warp(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
+        nnz_per_group = spmm_nnz_per_group(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
     block_groups = WARPS_PER_BLOCK * groups_per_warp
     grid = (cdiv(cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
     if is_half_format(out_fmt):  # a 16-bit C is written whole by the kernel, never combined atomically

@@ -185,6 +185,18 @@ def test_dtp_shrinks_work_per_warp_for_small_graphs(monkeypatch):
     assert hp.sddmm_nnz_per_warp(240_000, 8) == 8
 
 
+def test_spmm_dtp_grows_with_the_square_root_of_the_work_per_lane_group_slot(monkeypatch):
+    monkeypatch.setattr(device, "device_limits", lambda: (132, 2048, 65536))
+    slots = hp.full_wave() * hp.WARPS_PER_BLOCK  # lane groups at once, one per warp
+    per_slot = 64 * 64 // hp.GROUP_COST  # sqrt(GROUP_COST x per_slot) = 64
+    assert hp.spmm_nnz_per_group(per_slot * slots, 1) == 64
+    assert hp.spmm_nnz_per_group(4 * per_slot * slots, 1) == 128  # 4x the work: 2x the group
+    assert hp.spmm_nnz_per_group(2 * per_slot * slots, 2) == 128  # column tiles are work too
+    assert hp.spmm_nnz_per_group(per_slot * slots, 1, groups_per_warp=4) == 32  # 4x the slots
+    assert hp.spmm_nnz_per_group(10_000, 1, groups_per_warp=4) == min(hp.NNZ_PER_GROUP)
+    assert hp.spmm_nnz_per_group(2**33, 1) == max(hp.NNZ_PER_GROUP)
+
+
 @settings(max_examples=12)  # simulated shuffles are slow
 @given(A=graphs(max_rows=8, max_cols=40), k=st.sampled_from([0, 1, 7, 32, 33, 70, 128]),
        nnz_per_warp=st.sampled_from([1, 3, 32, None]), group=st.sampled_from([None, None, 4, 8]),
