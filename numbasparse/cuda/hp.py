@@ -81,8 +81,10 @@ SDDMM_WAVES = 4
 WALK_PROBE = 16  # (a power of two: tested with a mask)
 #: The single launch is used only where no lane group writes more than MAX_ZEROED_ROWS empty
 #: rows, one after another, and no row spans more than MAX_SINGLE_LAUNCH_SPAN blocks after its
-#: first (its last block waits for the others' parts one block after another).
-MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 10
+#: first (its last block reads the others' parts one block after another: a chain of L2 round
+#: trips).  Short rows, spans of 11-71 blocks (email-enron, Flickr, nell): the single launch was
+#: 0.97-1.48x the filled kernel's speed (BENCHMARKS.md, "HP-SpMM's work per lane group").
+MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 
 
 def lane_layout(n_cols, itemsize, *arrays, lanes=None):
