@@ -3,11 +3,13 @@
 # once, each seeing every GPU (so the several-GPU code paths run) with a different one first (its
 # default GPU).  Verbose logs under $OUT/pytest_shard*.log, so a shard cut by its limit still names
 # its failures; prints each shard's last lines and every failure.
-# Usage on the device machine: bash tools/device_suite_parallel.sh [SECONDS_PER_SHARD]
+# Usage on the device machine: bash tools/device_suite_parallel.sh [SECONDS_PER_SHARD] [SHARD,...]
+# (the listed shards only, e.g. "0,1,2" then "3,4,5,6" in two calls on a one-GPU machine).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 limit=${1:-540}
+only=${2:-}
 n_gpus=$(nvidia-smi -L | wc -l)
 top_rest="tests --ignore=tests/cuda --ignore=tests/select --ignore=tests/preprocess --ignore=tests/reorder"
 top_rest="$top_rest --ignore=tests/bench --ignore=tests/cpu --ignore=tests/test_api.py --ignore=tests/test_fuzz_api.py"
@@ -22,12 +24,14 @@ shards=(
   "tests/test_torch.py tests/test_half.py tests/test_pyg.py"
   "$top_rest"
 )
-for i in "${!shards[@]}"; do
+run=()
+for i in "${!shards[@]}"; do [[ -z "$only" || ",$only," == *",$i,"* ]] && run+=("$i"); done
+for i in "${run[@]}"; do
   first=$((i % n_gpus))
   order=$(python3 -c "n=$n_gpus; f=$first; print(','.join(str((f + k) % n) for k in range(n)))")
   CUDA_VISIBLE_DEVICES=$order timeout "$limit" python3 -m pytest -v -rfE -p no:cacheprovider --durations=5 ${shards[$i]} \
     > "$OUT/pytest_shard$i.log" 2>&1 &
 done
 wait
-for i in "${!shards[@]}"; do echo "== shard $i: ${shards[$i]}"; tail -2 "$OUT/pytest_shard$i.log"; done
-grep -h "FAILED\|ERROR" "$OUT"/pytest_shard*.log | sort -u | head -60
+for i in "${run[@]}"; do echo "== shard $i: ${shards[$i]}"; tail -2 "$OUT/pytest_shard$i.log"; done
+for i in "${run[@]}"; do grep -h "FAILED\|ERROR" "$OUT/pytest_shard$i.log"; done | sort -u | head -60

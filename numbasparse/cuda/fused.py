@@ -60,12 +60,13 @@ def fused_row_kernel(q, value_dtype, softmax, xy_width=1, z_width=1):
     alignment allow (:func:`row_widths`); 16-bit values are loaded as 32-bit words and
     converted to float32 in registers.  The softmax is computed online (running maximum and
     sum, earlier terms rescaled when the maximum grows, as in FlashAttention), so scores are
-    never stored; rows with no stored entry give 0.  Without it the rescale factors are the
+    never stored; rows with no stored entry give 0, entries scoring -inf weight 0 (a row of
+    them NaN, as the unfused path's 0/0).  Without it the rescale factors are the
     constant 1 and fold away.  The output is rounded once, at the end.
     """
     _, value_type, compute = value_types(value_dtype)
     to_compute, to_storage = converters(value_dtype)
-    zero, one, lowest = compute(0), compute(1), compute(-math.inf)
+    zero, one, lowest, nan = compute(0), compute(1), compute(-math.inf), compute(math.nan)
     warps = ROW_WARPS_PER_BLOCK
     if q % z_width:
         raise ValueError(f"z_width {z_width} must divide the {q} columns per lane")
@@ -100,8 +101,11 @@ def fused_row_kernel(q, value_dtype, softmax, xy_width=1, z_width=1):
             weight = s
             if softmax:
                 new_max = max(running_max, s)
-                rescale = math.exp(running_max - new_max)
-                weight = math.exp(s - new_max)
+                if new_max == lowest:  # every score so far -inf: no weight yet (not exp(-inf + inf))
+                    weight = zero
+                else:
+                    rescale = math.exp(running_max - new_max)
+                    weight = math.exp(s - new_max)
                 running_sum = running_sum * rescale + weight
                 running_max = new_max
             for r in range(vectors):
@@ -111,8 +115,9 @@ def fused_row_kernel(q, value_dtype, softmax, xy_width=1, z_width=1):
                     for v in range(z_width):
                         acc[r * z_width + v] = acc[r * z_width + v] * rescale + weight * z[v]
         scale = one
-        if softmax:
-            scale = one / running_sum if running_sum > zero else zero
+        if softmax:  # (a sum of 0: no entry, giving 0, or every score -inf, 0/0 as unfused)
+            scale = one / running_sum if running_sum > zero else (nan if running_max == lowest
+                                                                   and indptr[row + 1] > indptr[row] else zero)
         for r in range(vectors):
             c = first + z_span * r
             if c < n:

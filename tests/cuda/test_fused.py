@@ -37,6 +37,24 @@ def test_scores_times_dense_match_reference(op, shape, k, f, dtype, fuse):
     assert_close(out.copy_to_host(), reference(A, X, Y, Z), dtype)
 
 
+@pytest.mark.parametrize("fuse", [True, False])
+def test_attention_gives_minus_inf_scores_no_weight_and_a_row_of_them_nan(fuse):
+    # row 0 starts with a -inf score (the online softmax's running maximum is still -inf there),
+    # row 1 is empty, row 2 scores -inf only: 0/0 on every path, as in the reference
+    A = sp.csr_matrix((np.array([-np.inf, 1.0, 2.0, -np.inf, -np.inf]), np.array([0, 1, 2, 0, 1]),
+                       np.array([0, 3, 3, 5])), shape=(3, 3))
+    rng = np.random.default_rng()
+    Q, K = (np.abs(rng.standard_normal((3, 8))).astype(np.float32) + 0.1 for _ in range(2))  # dots > 0
+    V = rng.standard_normal((3, 4)).astype(np.float32)
+    dev = ns.CSR.from_scipy(A, dtype=np.float32)
+    out = ns.graph_attention(dev, cuda.to_device(Q), cuda.to_device(K), cuda.to_device(V), fused=fuse).copy_to_host()
+    with np.errstate(invalid="ignore"):
+        expected = attention_reference(A, Q, K, V)
+    assert np.isfinite(expected[:2]).all() and np.isnan(expected[2]).all()
+    assert_close(out[:2], expected[:2], np.float32)
+    assert np.isnan(out[2]).all()
+
+
 def test_wide_output_takes_several_column_passes(monkeypatch):
     monkeypatch.setattr(fused, "MAX_PER_LANE", 1)
     rng = np.random.default_rng()
