@@ -4,7 +4,7 @@ rounded once to the operands' dtype, on the CUDA kernels (the simulator here) an
 The bound pinned here (and stated in the README): against a float64 computation on the same
 16-bit inputs, an operation that rounds once (SpMM, SDDMM, the fused kernels, the fused GCN
 layer) is within the unit roundoff u of the dtype by relative norm error (u = 2^-11 float16,
-2^-8 bfloat16); the unfused SDDMM -> SpMM also rounds its scores: within 2u."""
+2^-8 bfloat16); the unfused SDDMM -> SpMM and attention also round their scores: within 2u."""
 import ml_dtypes
 import numpy as np
 import pytest
