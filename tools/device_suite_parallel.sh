@@ -26,6 +26,7 @@ shards=(
 )
 run=()
 for i in "${!shards[@]}"; do [[ -z "$only" || ",$only," == *",$i,"* ]] && run+=("$i"); done
+(( ${#run[@]} )) || { echo "no shard matches '$only' (shards 0-$(( ${#shards[@]} - 1 )), comma-separated)"; exit 2; }
 for i in "${run[@]}"; do
   first=$((i % n_gpus))
   order=$(python3 -c "n=$n_gpus; f=$first; print(','.join(str((f + k) % n) for k in range(n)))")

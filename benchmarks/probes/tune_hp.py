@@ -2,8 +2,8 @@
 (GPU only):
     python benchmarks/probes/tune_hp.py rmat:18 rmat:20 ...   # graph specs or .npz directories
 Times are kernel times (CUPTI through torch.profiler).  Used to set DTP's candidates and wave
-factor (``hp.NNZ_PER_WARP``, ``hp.WAVES``) and the lane-group rule (``hp.lane_layout``) in
-numbasparse/cuda/hp.py."""
+factor (``hp.NNZ_PER_WARP``, ``hp.WAVES``; SpMM's DTP is now ``hp.spmm_nnz_per_group``, set from
+``spmm_variants.py``) and the lane-group rule (``hp.lane_layout``) in numbasparse/cuda/hp.py."""
 import sys
 from pathlib import Path
 
@@ -35,7 +35,7 @@ for spec, A in found.items():
             _, vec, cf = hp.lane_layout(n, 4, B, lanes=lanes)
             dtp = hp.spmm_nnz_per_group(A.nnz, cdiv(n, lanes * vec * cf), groups_per_warp=WARP_SIZE // lanes)
             line += f"\n    lanes={lanes:<2} vec={vec} cf={cf} DTP={dtp:<4}"
-            for npw in (8, 16, 32, 64, 128, 256, 512, 1024):
+            for npw in (4, 8, 16, 32, 64, 128, 256, 512, 1024):
                 hp.spmm_hp(csr, B, C, "sum", nnz_per_group=npw, lanes=lanes)
                 err = float((torch.as_tensor(C.copy_to_host(), device="cuda") - ref).norm() / ref.norm())
                 t = time_kernels(lambda: hp.spmm_hp(csr, B, C, "sum", nnz_per_group=npw, lanes=lanes))

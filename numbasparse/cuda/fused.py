@@ -61,7 +61,7 @@ def fused_row_kernel(q, value_dtype, softmax, xy_width=1, z_width=1):
     converted to float32 in registers.  The softmax is computed online (running maximum and
     sum, earlier terms rescaled when the maximum grows, as in FlashAttention), so scores are
     never stored; rows with no stored entry give 0, entries scoring -inf weight 0 (a row of
-    them NaN, as the unfused path's 0/0).  Without it the rescale factors are the
+    them NaN, as the unfused path's exp(-inf + inf)).  Without it the rescale factors are the
     constant 1 and fold away.  The output is rounded once, at the end.
     """
     _, value_type, compute = value_types(value_dtype)
@@ -100,14 +100,14 @@ def fused_row_kernel(q, value_dtype, softmax, xy_width=1, z_width=1):
             rescale = one
             weight = s
             if softmax:
-                new_max = max(running_max, s)
-                if new_max == lowest:  # every score so far -inf: no weight yet (not exp(-inf + inf))
+                if s == lowest:  # weight 0 (exp(-inf - max) is NaN while the maximum is still -inf)
                     weight = zero
-                else:
+                else:  # (a NaN score makes the row NaN, as the reference's softmax does)
+                    new_max = max(running_max, s)
                     rescale = math.exp(running_max - new_max)
                     weight = math.exp(s - new_max)
+                    running_max = new_max
                 running_sum = running_sum * rescale + weight
-                running_max = new_max
             for r in range(vectors):
                 c = first + z_span * r
                 if c < n:  # n is a multiple of z_width: the whole vector lies in the row
@@ -115,7 +115,7 @@ def fused_row_kernel(q, value_dtype, softmax, xy_width=1, z_width=1):
                     for v in range(z_width):
                         acc[r * z_width + v] = acc[r * z_width + v] * rescale + weight * z[v]
         scale = one
-        if softmax:  # (a sum of 0: no entry, giving 0, or every score -inf, 0/0 as unfused)
+        if softmax:  # (a sum of 0: no entry, giving 0, or every score -inf: NaN, as unfused)
             scale = one / running_sum if running_sum > zero else (nan if running_max == lowest
                                                                    and indptr[row + 1] > indptr[row] else zero)
         for r in range(vectors):

@@ -45,7 +45,8 @@ MAX_REGISTERS = 64
 NNZ_PER_WARP = (512, 256, 128, 64, 32, 16, 8)
 #: HP-SDDMM's DTP scale factor alpha: ask for at least this many full waves of blocks.
 WAVES = 2
-#: Candidate nonzeros per lane group of HP-SpMM's DTP (:func:`spmm_nnz_per_group`).
+#: Candidate nonzeros per lane group of HP-SpMM's DTP (:func:`spmm_nnz_per_group`): 4 for graphs
+#: too small to fill the GPU even so; at most 512, as before (larger counts are unmeasured).
 NNZ_PER_GROUP = (512, 256, 128, 64, 32, 16, 8, 4)
 #: HP-SpMM's DTP: a lane group's fixed cost (finding its first row, flushing the partial rows
 #: at its ends with atomics), in nonzeros' worth of work.  Fitted on the 18 shared graphs x
@@ -81,9 +82,8 @@ SDDMM_WAVES = 4
 WALK_PROBE = 16  # (a power of two: tested with a mask)
 #: The single launch is used only where no lane group writes more than MAX_ZEROED_ROWS empty
 #: rows, one after another, and no row spans more than MAX_SINGLE_LAUNCH_SPAN blocks after its
-#: first (its last block reads the others' parts one block after another: a chain of L2 round
-#: trips).  Short rows, spans of 11-71 blocks (email-enron, Flickr, nell): the single launch was
-#: 0.97-1.48x the filled kernel's speed (BENCHMARKS.md, "HP-SpMM's work per lane group").
+#: first: its last block reads the others' parts one after another, a chain of L2 round trips
+#: (measured up to 71 blocks: BENCHMARKS.md, "HP-SpMM's work per lane group").
 MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 
 
@@ -129,14 +129,13 @@ def full_wave(registers_per_thread=64):
     return device.device_limits()[0] * device.blocks_per_sm(WARPS_PER_BLOCK * WARP, registers_per_thread)
 
 
-def nnz_per_warp(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1, waves=WAVES):
+def nnz_per_warp(nnz, waves=WAVES):
     """Dynamic Task Partition (paper 000, Eq. 4-5), HP-SDDMM's: the largest candidate nonzeros
-    per warp (per lane group when a warp holds ``groups_per_warp`` of them) that still launches
-    ``waves`` full waves of blocks on this GPU, so that small and sampled graphs fill every SM;
-    the smallest candidate when even that cannot."""
-    wave = full_wave(registers_per_thread)
+    per warp that still launches ``waves`` full waves of blocks on this GPU, so that small and
+    sampled graphs fill every SM; the smallest candidate when even that cannot."""
+    wave = full_wave()
     for candidate in NNZ_PER_WARP:
-        if cdiv(nnz, candidate * WARPS_PER_BLOCK * groups_per_warp) * n_tiles >= waves * wave:
+        if cdiv(nnz, candidate * WARPS_PER_BLOCK) >= waves * wave:
             return candidate
     return NNZ_PER_WARP[-1]
 
@@ -158,8 +157,8 @@ def spmm_nnz_per_group(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1)
 def sddmm_nnz_per_warp(nnz, group):
     """HP-SDDMM's DTP for lane groups of ``group`` lanes: nonzeros per warp for SDDMM_WAVES
     waves where that is at least two steps of the warp's groups, else for WAVES waves."""
-    npw = nnz_per_warp(nnz, 1, waves=SDDMM_WAVES)
-    return npw if npw >= 2 * (WARP // group) else nnz_per_warp(nnz, 1)
+    npw = nnz_per_warp(nnz, waves=SDDMM_WAVES)
+    return npw if npw >= 2 * (WARP // group) else nnz_per_warp(nnz)
 
 
 def single_launch(mean_row_nnz, span, empty_rows_per_group):

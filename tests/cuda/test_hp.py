@@ -173,15 +173,15 @@ def test_sddmm_skips_runs_only_on_graphs_with_a_run_of_empty_rows_longer_than_th
 
 def test_dtp_shrinks_work_per_warp_for_small_graphs(monkeypatch):
     monkeypatch.setattr(device, "device_limits", lambda: (132, 2048, 65536))
-    big = hp.nnz_per_warp(30_000_000, 1)
-    small = hp.nnz_per_warp(50_000, 1)
+    big = hp.nnz_per_warp(30_000_000)
+    small = hp.nnz_per_warp(50_000)
     assert big == max(hp.NNZ_PER_WARP)
     assert small == min(hp.NNZ_PER_WARP)
-    assert hp.nnz_per_warp(3_000_000, 1) < big
+    assert hp.nnz_per_warp(3_000_000) < big
     # SDDMM: twice the waves, unless a warp would get fewer than two steps of its lane groups
-    assert hp.sddmm_nnz_per_warp(3_000_000, 16) == hp.nnz_per_warp(3_000_000, 1) // 2
+    assert hp.sddmm_nnz_per_warp(3_000_000, 16) == hp.nnz_per_warp(3_000_000) // 2
     assert hp.sddmm_nnz_per_warp(50_000, 16) == small
-    assert hp.sddmm_nnz_per_warp(240_000, 2) == hp.nnz_per_warp(240_000, 1) == 16
+    assert hp.sddmm_nnz_per_warp(240_000, 2) == hp.nnz_per_warp(240_000) == 16
     assert hp.sddmm_nnz_per_warp(240_000, 8) == 8
 
 
