@@ -100,8 +100,7 @@ def _hp_variants(A, B, reduce):
     from .cuda import hp
     from .dtypes import is_half, storage_dtype
 
-    if is_half(A.dtype):  # the kernels take 16-bit floats as their bits
-        B = B.view(np.uint16)
+    (B,) = _kernel_operands(A, B)
     C = cuda.device_array((A.shape[0], B.shape[1]), storage_dtype(A.dtype))
     scale = 2 if is_half(A.dtype) else 1
     for depth in (1, scale * hp.GATHER_DEPTH):
@@ -114,11 +113,17 @@ def _sddmm_skipping(A, X, Y):
     from numba import cuda
 
     from .cuda import hp
-    from .dtypes import is_half, storage_dtype
+    from .dtypes import storage_dtype
 
-    if is_half(A.dtype):
-        X, Y = X.view(np.uint16), Y.view(np.uint16)
+    X, Y = _kernel_operands(A, X, Y)
     hp.sddmm_hp(A, X, Y, cuda.device_array(A.nnz, storage_dtype(A.dtype)), skips_runs=True)
+
+
+def _kernel_operands(A, *arrays):
+    """``arrays`` as the kernels of A's dtype take them: 16-bit floats as their bits."""
+    from .dtypes import is_half
+
+    return tuple(a.view(np.uint16) for a in arrays) if is_half(A.dtype) else arrays
 
 
 def _bar(done, total, what, width=30):

@@ -140,7 +140,7 @@ def nnz_per_warp(nnz, waves=WAVES):
     return NNZ_PER_WARP[-1]
 
 
-def spmm_nnz_per_group(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1):
+def spmm_nnz_per_group(nnz, n_tiles, groups_per_warp=1):
     """HP-SpMM's Dynamic Task Partition: nonzeros per lane group.  Each group costs its
     nonzeros plus a fixed GROUP_COST, and the GPU runs ``slots`` groups at once, so a call takes
     about (work + groups x GROUP_COST) / slots plus the last group's own time (while it
@@ -149,7 +149,7 @@ def spmm_nnz_per_group(nnz, n_tiles, registers_per_thread=64, groups_per_warp=1)
     ``p = sqrt(GROUP_COST x W)``: the candidate nearest it (geometrically).  Small groups on
     a small graph pay the fixed cost over and over (instructions and split-row atomics); large
     groups on a large graph leave SMs idle at the end, the more so the more unequal its rows."""
-    slots = full_wave(registers_per_thread) * WARPS_PER_BLOCK * groups_per_warp
+    slots = full_wave() * WARPS_PER_BLOCK * groups_per_warp
     best = math.sqrt(GROUP_COST * nnz * n_tiles / slots)
     return min(NNZ_PER_GROUP, key=lambda p: abs(math.log2(p) - math.log2(max(best, 1.0))))
 
@@ -373,6 +373,14 @@ def walk_to(indptr, row, last, position):
         row += 1
         if row & (WALK_PROBE - 1) == 0 and indptr[min(row + WALK_PROBE, last) + 1] <= position:
             row = row_of(indptr, row + WALK_PROBE, last, position)
+    return row
+
+
+@cuda.jit(device=True, inline="always")
+def step_to(indptr, row, last, position):
+    """:func:`walk_to` without the look-ahead: one row at a time (``last`` unused)."""
+    while indptr[row + 1] <= position:
+        row += 1
     return row
 
 
@@ -702,7 +710,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
 @launch.kernel_factory
 def sddmm_hp_kernel(vec, group, value_dtype, skips_runs):
     """Compile-once factory of the HP-SDDMM kernel (``skips_runs``: the walk to a nonzero's row
-    skips runs of empty rows, :func:`walk_to`; else it steps row by row).
+    skips runs of empty rows, :func:`walk_to`; else it steps row by row, :func:`step_to`).
 
     Thread mapping: warp w owns nonzeros [w * nnz_per_warp, (w + 1) * nnz_per_warp), as in
     HP-SpMM; it is split into ``32 // group`` groups of ``group`` lanes, each group computing
@@ -712,6 +720,7 @@ def sddmm_hp_kernel(vec, group, value_dtype, skips_runs):
     """
     groups = WARP // group
     span = group * vec
+    walk = walk_to if skips_runs else step_to
     zero = value_types(value_dtype)[2](0)
     to_compute, to_storage = converters(value_dtype)
     load = vector_load(vec, fmt=value_dtype)
@@ -734,11 +743,7 @@ def sddmm_hp_kernel(vec, group, value_dtype, skips_runs):
             p = base + g
             partial = zero
             if p < seg_end:
-                if skips_runs:
-                    row = walk_to(indptr, row, last_row, p)
-                else:
-                    while indptr[row + 1] <= p:
-                        row += 1
+                row = walk(indptr, row, last_row, p)
                 col = indices[p]
                 for k in range(lane_in_group * vec, k_dim, span):
                     x = load(X, row, k)
