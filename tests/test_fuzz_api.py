@@ -1300,7 +1300,7 @@ BAD_REORDER_ARGS = [{"seed": -1}, {"seed": 1.5}, {"resolution": 0}, {"resolution
 def plan_recipes(draw, cuda=False):
     r = {"op": "plan", "cuda": cuda,
          "A": draw(sparse_recipes(tiny=cuda, square=True, corrupt=not cuda or draw(st.booleans())))}
-    r["reorder"] = pick(draw, [None, None, "louvain", "loa"], ["Louvain", "", "rcm", b"loa", ["loa"], 0, True], 3)
+    r["reorder"] = pick(draw, [None, None, "louvain", "loa"], ["Louvain", "", "RCM", b"loa", ["loa"], 0, True], 3)
     args = REORDER_ARGS.get(r["reorder"]) if isinstance(r["reorder"], str) else None
     roll = draw(st.integers(0, 99))
     r["reorder_args"] = ({} if not 40 <= roll < 70 else draw(st.sampled_from(BAD_REORDER_ARGS))
