@@ -17,14 +17,16 @@ spmm      ``hp`` for float16/bfloat16 operands                   the kernels tha
                                                                  store whole rows, rounded once;
                                                                  the others combine partial rows
                                                                  atomically in C's dtype
-spmm      ``slab`` where N >= SLAB_MIN_COLUMNS and the default   18 real graphs x N = 64..256:
-          tiling's segments (a row's entries in one column       slab faster than HP in 15 of the
-          slab) average >= SLAB_MIN_SEGMENT entries, counted     16 cases at >= 4 (1.08-1.89x by
-          on A's pattern (:func:`slab_pays`): B rows are         kernel time; 0.97x in the other),
-          re-used from L1, at one atomic flush per segment       HP faster in 31 of the 38 below;
-                                                                 N = 32: HP faster on the large
-                                                                 graphs whatever the segments
-                                                                 ("Column-slab SpMM")
+spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs x N = 64..256:
+          SLAB_MAX_L2_SHARE of L2 and the default tiling's       slab faster than HP in 15 of the
+          segments (a row's entries in one column slab)          16 cases at >= 4 (1.08-1.89x by
+          average >= SLAB_MIN_SEGMENT entries, counted on A's    kernel time; 0.97x in the other),
+          pattern (:func:`slab_pays`): B rows are re-used from   HP faster in 31 of the 38 below;
+          L1, at one atomic flush per segment; past a quarter    N = 32: HP faster on the large
+          of L2 the tiles' B rows miss L2                        graphs whatever the segments;
+                                                                 block-diagonal copies: slab
+                                                                 0.53-1.08x of HP past a quarter
+                                                                 of L2 ("Column-slab SpMM")
 spmm      ``hp`` elsewhere                                       balanced by nonzeros: heavy rows
                                                                  never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
@@ -53,7 +55,7 @@ from . import arrays, cpu
 from ._compat import scipy_sparse as sp
 from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
-from .cuda.device import current_gpu, one_device
+from .cuda.device import current_gpu, memory_system, one_device
 from .dtypes import HALF_NAMES, storage_dtype
 from .preprocess.rows import longest_row
 from .preprocess.slab_tiles import entries_per_segment
@@ -66,6 +68,13 @@ BACKENDS = ("auto", "cuda", "cpu")
 #: citation graphs, 1-1.5: slower), then checked on the 18 shared graphs (table above).
 SLAB_MIN_SEGMENT = 4.0
 SLAB_MIN_COLUMNS = 64
+#: ... and where B (A's columns x N) takes at most this share of the L2 cache: the slab kernel
+#: deals its tiles in size order over the whole matrix, so the B rows in use at once span many
+#: slabs and stop hitting L2, while HP sweeps rows in order.  k block-diagonal copies of three
+#: dense graphs (same entries per segment, B k times larger; BENCHMARKS.md "Column-slab SpMM"):
+#: slab/HP 1.04-1.27x up to a quarter of L2, 0.71-1.08x from a quarter to a half, 0.53-0.99x past
+#: it; the web crawls (B 1.6-6.4x L2) ran 1.00-1.25x faster on HP.
+SLAB_MAX_L2_SHARE = 0.25
 
 #: ``fused="auto"`` fuses SDDMM->SpMM and attention where A's longest row has at most this many
 #: entries (table above: fused faster up to 307, slower from 1065; the crossover is the unfused
@@ -253,11 +262,14 @@ def algorithms(op, backend=None):
 
 def slab_pays(A, n_cols, itemsize):
     """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM: N >=
-    SLAB_MIN_COLUMNS and the default tiling's segments (runs of a row's entries in one column
-    slab) average >= SLAB_MIN_SEGMENT entries, counted on A's pattern: on the GPU for a device
+    SLAB_MIN_COLUMNS, B takes at most SLAB_MAX_L2_SHARE of the L2 cache, and the default
+    tiling's segments (runs of a row's entries in one column slab) average >= SLAB_MIN_SEGMENT
+    entries, counted on A's pattern: on the GPU for a device
     :class:`~numbasparse.CSR` (the answer kept in ``A.cache``: the rule runs on every call), on
     the host for a scipy matrix."""
     if n_cols < SLAB_MIN_COLUMNS or A.nnz == 0:
+        return False
+    if A.shape[1] * n_cols * itemsize > SLAB_MAX_L2_SHARE * memory_system()[0]:
         return False
 
     def decide():

@@ -213,6 +213,19 @@ def test_auto_rule_follows_the_measurements():
     assert dispatch.auto_name("spmm", "cuda", 128, 4, None) == "hp"  # no device matrix: no pattern to count
 
 
+def test_auto_leaves_the_slab_kernel_once_b_outgrows_a_quarter_of_l2(monkeypatch):
+    import scipy.sparse as sp
+
+    from numbasparse import dispatch
+
+    dense = sp.csr_matrix(np.random.default_rng(0).random((512, 512)).astype(np.float32))
+    b_bytes = 512 * 128 * 4
+    monkeypatch.setattr(dispatch, "memory_system", lambda: (4 * b_bytes, 3e12))
+    assert dispatch.auto_name("spmm", "cuda", 128, 4, dense) == "slab"
+    monkeypatch.setattr(dispatch, "memory_system", lambda: (4 * b_bytes - 1, 3e12))
+    assert dispatch.auto_name("spmm", "cuda", 128, 4, dense) == "hp"
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_spmm_dense_is_spmm_then_matmul(backend, rng):
     A = sp.random(40, 30, density=0.2, format="csr", random_state=rng)
