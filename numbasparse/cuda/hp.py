@@ -85,6 +85,12 @@ WALK_PROBE = 16  # (a power of two: tested with a mask)
 #: first: its last block reads the others' parts one after another, a chain of L2 round trips
 #: (measured up to 71 blocks: BENCHMARKS.md, "HP-SpMM's work per lane group").
 MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
+#: ... and only on graphs whose non-empty rows average fewer than SINGLE_MAX_MEAN_ROW entries: the
+#: single launch saves the fill of C, the filled kernel the block merges and look-backs, which
+#: grow with the rows.  Measured (BENCHMARKS.md, "HP-SpMM's work per lane group"): one launch
+#: 1.06-1.10x faster at a mean row of 16.8 (cnr-2000, N >= 128) and 17.0 (wiki-vote directed),
+#: 0.78-0.92x at 21.1 (ca-AstroPh) and on every graph of longer rows.
+SINGLE_MAX_MEAN_ROW = 18
 
 
 def lane_layout(n_cols, itemsize, *arrays, lanes=None):
@@ -164,11 +170,12 @@ def sddmm_nnz_per_warp(nnz, group):
 def single_launch(mean_row_nnz, span, empty_rows_per_group):
     """True where HP-SpMM runs as one GPU operation (the kernel writes every element of C:
     empty rows, rows split in the block, rows crossing blocks) rather than after a fill: graphs
-    of short rows (``mean_row_nnz`` below GATHER_MIN_ROW) whose rows span at most
+    of short rows (``mean_row_nnz`` below SINGLE_MAX_MEAN_ROW) whose rows span at most
     MAX_SINGLE_LAUNCH_SPAN blocks after their first and whose groups zero at most
     MAX_ZEROED_ROWS empty rows.  On long rows the block merge and look-back cost more than the
     filled kernel's atomics."""
-    return mean_row_nnz < GATHER_MIN_ROW and span <= MAX_SINGLE_LAUNCH_SPAN and empty_rows_per_group <= MAX_ZEROED_ROWS
+    return (mean_row_nnz < SINGLE_MAX_MEAN_ROW and span <= MAX_SINGLE_LAUNCH_SPAN
+            and empty_rows_per_group <= MAX_ZEROED_ROWS)
 
 
 def merges_in_block(reduce_code):

@@ -308,11 +308,11 @@ def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, dty
 
 
 def test_single_launch_rule_takes_short_rows_short_spans_and_few_empty_rows_per_group():
-    short, span = hp.GATHER_MIN_ROW - 1, hp.MAX_SINGLE_LAUNCH_SPAN
+    short, span = hp.SINGLE_MAX_MEAN_ROW - 1, hp.MAX_SINGLE_LAUNCH_SPAN
     assert hp.single_launch(short, span, hp.MAX_ZEROED_ROWS)
     assert not hp.single_launch(short, span, hp.MAX_ZEROED_ROWS + 1)
     assert not hp.single_launch(short, span + 1, 0)  # the last block would wait on too many
-    assert not hp.single_launch(hp.GATHER_MIN_ROW, 0, 0)  # long rows: fill + kernel
+    assert not hp.single_launch(hp.SINGLE_MAX_MEAN_ROW, 0, 0)  # long rows: fill + kernel
 
 
 def test_plan_is_kept_in_the_matrix_cache_and_cleared():
