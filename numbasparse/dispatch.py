@@ -18,15 +18,16 @@ spmm      ``hp`` for float16/bfloat16 operands                   the kernels tha
                                                                  the others combine partial rows
                                                                  atomically in C's dtype
 spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs x N = 64..256:
-          SLAB_MAX_L2_SHARE of L2 and the default tiling's       slab faster than HP in 15 of the
-          segments (a row's entries in one column slab)          16 cases at >= 4 (1.08-1.89x by
-          average >= SLAB_MIN_SEGMENT entries, counted on A's    kernel time; 0.97x in the other),
-          pattern (:func:`slab_pays`): B rows are re-used from   HP faster in 31 of the 38 below;
-          L1, at one atomic flush per segment; past a quarter    N = 32: HP faster on the large
-          of L2 the tiles' B rows miss L2                        graphs whatever the segments;
-                                                                 block-diagonal copies: slab
-                                                                 0.53-1.08x of HP past a quarter
-                                                                 of L2 ("Column-slab SpMM")
+          SLAB_MAX_L2_SHARE of L2 and the default tiling's       at >= 4 and B within a quarter
+          segments (a row's entries in one column slab)          of L2, slab faster than HP in 8
+          average >= SLAB_MIN_SEGMENT entries, counted on A's    of 10 cases (1.09-1.76x by
+          pattern (:func:`slab_pays`): B rows are re-used from   kernel time; 1.00x and 0.95x in
+          L1, at one atomic flush per segment; past a quarter    the others); HP faster on all 6
+          of L2 the tiles' B rows miss L2                        past it (web crawls) and in 31
+                                                                 of the 38 below 4; N = 32: HP
+                                                                 faster on the large graphs
+                                                                 whatever the segments
+                                                                 ("Column-slab SpMM")
 spmm      ``hp`` elsewhere                                       balanced by nonzeros: heavy rows
                                                                  never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
@@ -71,9 +72,10 @@ SLAB_MIN_COLUMNS = 64
 #: ... and where B (A's columns x N) takes at most this share of the L2 cache: the slab kernel
 #: deals its tiles in size order over the whole matrix, so the B rows in use at once span many
 #: slabs and stop hitting L2, while HP sweeps rows in order.  k block-diagonal copies of three
-#: dense graphs (same entries per segment, B k times larger; BENCHMARKS.md "Column-slab SpMM"):
-#: slab/HP 1.04-1.27x up to a quarter of L2, 0.71-1.08x from a quarter to a half, 0.53-0.99x past
-#: it; the web crawls (B 1.6-6.4x L2) ran 1.00-1.25x faster on HP.
+#: dense graphs (same entries per segment, B k times larger; BENCHMARKS.md "Column-slab SpMM"),
+#: HP time / slab time: 0.91-1.27x up to a quarter of L2, 0.71-1.12x from a quarter to a half,
+#: 0.53-1.06x past it; the web crawls (B 1.6-6.4x L2) ran 1.00-1.25x faster on HP.  A quarter
+#: is a compromise: tolokers (rows of 88) loses from 0.23, wiki-vote and chameleon win to 0.36.
 SLAB_MAX_L2_SHARE = 0.25
 
 #: ``fused="auto"`` fuses SDDMM->SpMM and attention where A's longest row has at most this many
@@ -266,7 +268,7 @@ def slab_pays(A, n_cols, itemsize):
     tiling's segments (runs of a row's entries in one column slab) average >= SLAB_MIN_SEGMENT
     entries, counted on A's pattern: on the GPU for a device
     :class:`~numbasparse.CSR` (the answer kept in ``A.cache``: the rule runs on every call), on
-    the host for a scipy matrix."""
+    the host for a scipy matrix (L2 and the tiling are the current GPU's either way)."""
     if n_cols < SLAB_MIN_COLUMNS or A.nnz == 0:
         return False
     if A.shape[1] * n_cols * itemsize > SLAB_MAX_L2_SHARE * memory_system()[0]:

@@ -5,7 +5,7 @@
 
 GRAPH as in tools/ab_hp.py; a sampled:SPEC graph is measured subgraph by subgraph.  For each
 (graph, N): rows, columns, entries, the default tiling's entries per segment (counted, as the
-rule does), HP's and the slab kernel's microseconds (best of 3,
+rule does), B's size over the L2 cache's, HP's and the slab kernel's microseconds (best of 3,
 results checked against the float64 reference), HP/slab, and the rule's choice.  Imports
 ``ab_hp`` and ``ab_slab`` from its own folder (run it as a script)."""
 import argparse
@@ -16,6 +16,7 @@ from ab_hp import load, operands
 from ab_slab import timed
 from numbasparse import CSR, dispatch
 from numbasparse.cuda import hp, slab
+from numbasparse.cuda.device import memory_system
 from numbasparse.preprocess.slab_tiles import entries_per_segment
 
 
@@ -26,7 +27,7 @@ def main():
     args = parser.parse_args()
     rng = np.random.default_rng()
     print(f"{'graph':<22} {'N':>4} {'rows':>7} {'cols':>7} {'nnz':>9} {'per seg':>7} "
-          f"{'hp us':>8} {'slab us':>8} {'hp/slab':>7} rule")
+          f"{'B/L2':>5} {'hp us':>8} {'slab us':>8} {'hp/slab':>7} rule")
     for spec in args.graphs:
         for g, A in enumerate(load(spec)):
             for n in map(int, args.n.split(",")):
@@ -38,7 +39,8 @@ def main():
                 per_segment = entries_per_segment(A.indptr, A.indices, width, slab.DEFAULT.max_segment)
                 choice = "slab" if dispatch.slab_pays(CSR.from_scipy(A), n, 4) else "hp"
                 name = f"{spec}[{g}]" if spec.startswith("sampled:") else spec
-                print(f"{name:<22} {n:>4} {A.shape[0]:>7} {A.shape[1]:>7} {A.nnz:>9} {per_segment:7.1f} "
+                b_of_l2 = A.shape[1] * n * 4 / memory_system()[0]
+                print(f"{name:<22} {n:>4} {A.shape[0]:>7} {A.shape[1]:>7} {A.nnz:>9} {per_segment:7.1f} {b_of_l2:5.2f} "
                       f"{hp_us:8.1f} {slab_us:8.1f} {hp_us / slab_us:7.2f} {choice}"
                       f"{'' if max(e1, e2) < 1e-5 else ' WRONG'}", flush=True)
 

@@ -72,12 +72,14 @@ def main():
                 rows.append(dict(op=op, graph=name, nnz=int(A.nnz), n=n, first_call_s=first_s,
                                  search_s=entry["search_s"], candidates=len(times), choice=entry["choice"],
                                  first_ms=entry["first_ms"], best_ms=entry["best_ms"], spearman=spearman(times),
-                                 tuned_b2b_ms=ms["tuned"], auto_b2b_ms=ms["auto"], error=error, times=entry["times"]))
+                                 tuned_b2b_ms=ms["tuned"], auto_b2b_ms=ms["auto"], error=error, times=entry["times"],
+                                 confirmed=entry.get("confirmed"), again_ms=entry.get("again_ms")))
                 print(f"{op} {name} N={n}: search {entry['search_s']:.1f} s over {len(times)} candidates, "
                       f"best {entry['best_ms']:.4f} ms vs rules {entry['first_ms']:.4f} ms "
                       f"({entry['first_ms'] / entry['best_ms']:.2f}x), {entry['choice']}; back to back tuned "
                       f"{ms['tuned']:.4f} auto {ms['auto']:.4f} ms ({ms['auto'] / ms['tuned']:.2f}x); "
-                      f"rank corr {rows[-1]['spearman']}; err {error:.1e}", flush=True)
+                      f"rank corr {rows[-1]['spearman']}; confirmed {entry.get('confirmed')} "
+                      f"{entry.get('again_ms') or ''}; err {error:.1e}", flush=True)
                 Path(args.out).write_text(json.dumps(rows, indent=1))
 
 

@@ -88,8 +88,9 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: ... and only on graphs whose non-empty rows average fewer than SINGLE_MAX_MEAN_ROW entries: the
 #: single launch saves the fill of C, the filled kernel the block merges and look-backs, which
 #: grow with the rows.  Measured (BENCHMARKS.md, "HP-SpMM's work per lane group"): one launch
-#: 1.06-1.10x faster at a mean row of 16.8 (cnr-2000, N >= 128) and 17.0 (wiki-vote directed),
-#: 0.78-0.92x at 21.1 (ca-AstroPh) and on every graph of longer rows.
+#: 1.07-1.08x faster at a mean row of 16.8 (cnr-2000, N >= 128; 0.99-1.00x below) and 1.04-1.14x
+#: at 17.0 (wiki-vote directed), 0.88-0.97x at 21.1 (ca-AstroPh); on longer rows 0.78-1.04x,
+#: slower in 22 of 24 cases.
 SINGLE_MAX_MEAN_ROW = 18
 
 

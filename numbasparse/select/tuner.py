@@ -17,7 +17,8 @@ Across families the order is the rules' (their choice, then HP's neighbours by h
 parameters differ, the slab kernel, the tiled schedules by their model); every candidate is
 timed (CUDA events around back-to-back batches of about 1 ms, median of 5, after a warm-up
 launch that compiles) unless ``top_k`` says
-fewer, and the fastest is kept: in the matrix's cache, and on disk in ``tuned.json`` in
+fewer, and the fastest is kept (one other than the rules' choice only if it still wins when the
+two are timed again, alternating: :func:`tune`): in the matrix's cache, and on disk in ``tuned.json`` in
 numbasparse's cache directory (:mod:`numbasparse.disk`), keyed by op, GPU name, graph signature
 (a hash of indptr and indices), N, dtype and reduction, with every candidate's time (what the
 ranking's quality is measured from).  On the simulator, where timings mean nothing, the first
@@ -326,12 +327,10 @@ def scratch_operands(A, op, n_cols, dtype, seed=0):
 
 
 #: A candidate that beats the rules' pick (the first) in the first pass is timed against it again,
-#: CONFIRM_ROUNDS times each, alternating, and kept only if it still wins: the pass times the
-#: rules' pick first, right after the search's compiles, and on the H100 it read 1.2-2.2x slower
-#: there than back to back (wiki-vote directed N = 64 / 256: 52.7 / 36.2 µs against 24.9 /
-#: 30.9 µs), so the tuner took the slab kernel at 0.85x of auto; amazon-photo's SDDMM at
-#: K = 64 took a DTP the pass timed 1.05x faster, 0.94-0.95x of auto in two runs (BENCHMARKS.md,
-#: "algorithm='tuned'").
+#: CONFIRM_ROUNDS times each, in alternating order, and kept only if its median still wins: the
+#: pass times the rules' pick first, right after the compiles, where the H100 read it 1.2-2.2x
+#: slower than back to back, and kept winners that were 0.85-0.95x of auto (BENCHMARKS.md,
+#: "algorithm='tuned'").  (3 rounds: not measured against other counts.)
 CONFIRM_ROUNDS = 3
 
 
@@ -339,14 +338,18 @@ def tune(ranked, time_candidate, top_k=None):
     """Time the first ``top_k`` of ``ranked`` (all when None) with ``time_candidate(c) -> ms``;
     returns (the fastest, a record of what was timed: ``first_ms`` is the first candidate's, the
     rules' own choice in the whole space; ``confirmed`` whether another winner held when timed
-    again against it)."""
+    again against it, None when the rules' choice won the pass)."""
     timed = [(time_candidate(c), c) for c in (ranked if top_k is None else ranked[:top_k])]
     best_ms, best = min(timed, key=lambda t: t[0])
     first_ms, first = timed[0]
-    record = dict(best_ms=best_ms, first_ms=first_ms, timed=len(timed), times={str(c): ms for ms, c in timed})
+    record = dict(best_ms=best_ms, first_ms=first_ms, timed=len(timed), times={str(c): ms for ms, c in timed},
+                  confirmed=None)
     if best is not first:
-        rounds = [(time_candidate(first), time_candidate(best)) for _ in range(CONFIRM_ROUNDS)]
-        again_first, again_best = (float(np.median(t)) for t in zip(*rounds))
+        again = {first: [], best: []}
+        for r in range(CONFIRM_ROUNDS):  # (each of the two first in every other round)
+            for c in (first, best) if r % 2 == 0 else (best, first):
+                again[c].append(time_candidate(c))
+        again_first, again_best = float(np.median(again[first])), float(np.median(again[best]))
         record.update(confirmed=again_best < again_first, again_ms=(again_first, again_best))
         if not record["confirmed"]:
             best, record["best_ms"] = first, first_ms

@@ -313,6 +313,7 @@ def test_single_launch_rule_takes_short_rows_short_spans_and_few_empty_rows_per_
     assert not hp.single_launch(short, span, hp.MAX_ZEROED_ROWS + 1)
     assert not hp.single_launch(short, span + 1, 0)  # the last block would wait on too many
     assert not hp.single_launch(hp.SINGLE_MAX_MEAN_ROW, 0, 0)  # long rows: fill + kernel
+    assert hp.single_launch(16.8, 9, 0) and not hp.single_launch(21.1, 2, 0)  # cnr-2000, ca-AstroPh
 
 
 def test_plan_is_kept_in_the_matrix_cache_and_cleared():

@@ -134,9 +134,10 @@ def test_counted_entries_per_segment_are_the_tilings(graph, max_segment):
     assert entries_per_segment(np.zeros(4, np.int64), np.zeros(0, np.int32), 100, max_segment) == 0.0
 
 
-def test_auto_counts_segments_rather_than_assuming_spread_columns():
+def test_auto_counts_segments_rather_than_assuming_spread_columns(monkeypatch):
+    monkeypatch.setattr(dispatch, "memory_system", lambda: (1 << 40, 3e12))  # B well within L2 on any GPU
     # each row's 40 entries fall in one slab: 40 entries per segment (at most 32: max_segment)
-    n_rows, n_cols = 64, 32768  # ~50 slabs of 640 columns at N = 64 (B: a sixth of an H100's L2)
+    n_rows, n_cols = 64, 65536  # ~100 slabs of 640 columns at N = 64
     starts = np.arange(n_rows) * 61 % (n_cols - 40)
     indices = (starts[:, None] + np.arange(40)).ravel()
     A = sp.csr_matrix((np.ones(indices.size, np.float32), indices, np.arange(n_rows + 1) * 40), shape=(n_rows, n_cols))

@@ -41,8 +41,19 @@ def test_tune_times_the_top_k_and_keeps_the_fastest():
     best, record = tuner.tune(ranked, time_candidate, top_k=5)
     assert timed[:5] == ranked[:5] and best == ranked[2] and record["best_ms"] == 0.5 and record["timed"] == 5
     assert record["first_ms"] == 2.0 and record["times"][str(ranked[2])] == 0.5
-    assert timed[5:] == [ranked[0], ranked[2]] * tuner.CONFIRM_ROUNDS and record["confirmed"]
+    again = timed[5:]  # the winner against the rules' pick, each first in every other round
+    pair = (ranked[0], ranked[2])
+    assert again == [c for r in range(tuner.CONFIRM_ROUNDS) for c in (pair if r % 2 == 0 else pair[::-1])]
+    assert record["confirmed"] is True
     assert tuner.tune(ranked, lambda c: 1.0)[1]["timed"] == 6  # top_k=None: all of them
+
+
+def test_no_second_timing_when_the_rules_pick_wins_or_ties():
+    ranked = [tuner.Candidate.of("hp", nnz_per_group=g) for g in (16, 32, 64)]
+    for times in ((1.0, 2.0, 3.0), (1.0, 1.0, 2.0)):  # a tie keeps the first: the rules' pick
+        timed = []
+        best, record = tuner.tune(ranked, lambda c, t=dict(zip(ranked, times)): timed.append(c) or t[c])
+        assert best is ranked[0] and len(timed) == 3 and record["confirmed"] is None
 
 
 @pytest.mark.parametrize("holds", [False, True])
@@ -58,6 +69,15 @@ def test_a_win_over_the_rules_pick_is_timed_again_before_it_is_kept(holds):
     best, record = tuner.tune([rule, challenger], time_candidate)
     assert best is (challenger if holds else rule) and record["confirmed"] is holds
     assert record["best_ms"] == (0.97 if holds else 1.00) and record["again_ms"] == (1.00, again)
+
+
+@pytest.mark.parametrize("again, kept", [([0.9, 1.1, 1.1], False), ([1.0, 1.0, 1.0], False), ([1.1, 0.9, 0.95], True)])
+def test_the_second_timing_compares_medians_and_a_tie_keeps_the_rules_pick(again, kept):
+    rule, challenger = (tuner.Candidate.of("hp", nnz_per_group=g) for g in (16, 32))
+    times = {rule: [1.0] * (1 + tuner.CONFIRM_ROUNDS), challenger: [0.5] + again}
+
+    best, record = tuner.tune([rule, challenger], lambda c: times[c].pop(0))
+    assert best is (challenger if kept else rule) and record["confirmed"] is kept
 
 
 def test_cache_round_trip(tmp_path, monkeypatch):
