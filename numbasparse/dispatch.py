@@ -271,10 +271,10 @@ def slab_pays(A, n_cols, itemsize):
     the host for a scipy matrix (L2 and the tiling are the current GPU's either way)."""
     if n_cols < SLAB_MIN_COLUMNS or A.nnz == 0:
         return False
-    if A.shape[1] * n_cols * itemsize > SLAB_MAX_L2_SHARE * memory_system()[0]:
-        return False
 
     def decide():
+        if A.shape[1] * n_cols * itemsize > SLAB_MAX_L2_SHARE * memory_system()[0]:
+            return False
         vec, _ = slab.lane_layout(n_cols, itemsize)
         _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
         if sp.issparse(A):

@@ -1,5 +1,6 @@
-"""What the kernel-variant probes (``hp_wide.py``, ``sddmm_group.py``) share: every .npz graph of a
-folder with random weights, and checked, interleaved timing of variants against the rule's."""
+"""What the kernel-variant probes (``hp_wide.py``, ``sddmm_group.py``, ``spmm_variants.py``,
+``slab_l2.py``) share: every .npz graph of a folder with random weights, the check of each
+variant's result, and checked, interleaved timing of variants against the rule's."""
 import glob
 
 import numpy as np
@@ -20,22 +21,29 @@ def weighted_graphs(folder, rng):
         yield path.split("/")[-1][:-4], A, CSR.from_scipy(A, dtype=np.float32), T
 
 
-def compare(variants, output, expected, baseline):
-    """Check each variant but ``baseline`` (it writes ``output``, poisoned first, equal to
-    ``expected`` within 1e-5), then time all interleaved, back to back; a printable summary:
-    "rule=US others=US(rule/other) ... [BAD label:error ...]"."""
+def errors(variants, output, expected, skip=()):
+    """{label: relative error} of the variants (but ``skip``) that missed ``expected`` by 1e-5 or
+    more; each writes ``output``, poisoned with NaN first."""
     import torch
 
-    from numbasparse.bench.timing import time_cuda_interleaved
-
-    bad = []
+    bad = {}
     for label, fn in variants.items():
-        if label != baseline:
+        if label not in skip:
             output.fill_(float("nan"))
             fn()
             err = float(torch.linalg.norm(output - expected) / torch.linalg.norm(expected))
             if not err < 1e-5:
-                bad.append(f"{label}:{err:.1e}")
+                bad[label] = err
+    return bad
+
+
+def compare(variants, output, expected, baseline):
+    """Check each variant but ``baseline`` (it writes ``output``, poisoned first, equal to
+    ``expected`` within 1e-5), then time all interleaved, back to back; a printable summary:
+    "rule=US others=US(rule/other) ... [BAD label:error ...]"."""
+    from numbasparse.bench.timing import time_cuda_interleaved
+
+    bad = [f"{label}:{err:.1e}" for label, err in errors(variants, output, expected, skip=(baseline,)).items()]
     times = {k: v[0] for k, v in time_cuda_interleaved(variants, calls=20, warmup=3, repeat=7).items()}
     rule = times["rule"]
     cells = " ".join(f"{k}={v * 1000:.1f}({rule / v:.2f})" for k, v in times.items() if k != "rule")

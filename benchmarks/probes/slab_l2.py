@@ -15,6 +15,7 @@ import scipy.sparse as sp
 import torch
 from numba import cuda
 
+from _variants import errors
 from numbasparse import dispatch
 from numbasparse.bench.timing import time_kernels
 from numbasparse.csr import CSR
@@ -43,13 +44,7 @@ for name in args.graphs.split(","):
             C = cuda.as_cuda_array(Ct)
             expected = torch.sparse.mm(T, Bt)
             variants = {"hp": lambda: hp.spmm_hp(dev, B, C, "sum"), "slab": lambda: slab.spmm_slab(dev, B, C, "sum")}
-            bad = {}
-            for label, fn in variants.items():
-                Ct.fill_(float("nan"))
-                fn()
-                err = float(torch.linalg.norm(Ct - expected) / torch.linalg.norm(expected))
-                if not err < 1e-5:
-                    bad[label] = err
+            bad = errors(variants, Ct, expected)
             variants["cusparse"] = lambda: torch.sparse.mm(T, Bt)
             kernel = {label: time_kernels(fn, repeat=20) for label, fn in variants.items()}
             vec, _ = slab.lane_layout(n, 4, B)

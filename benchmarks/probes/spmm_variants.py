@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from numba import cuda
 
-from _variants import weighted_graphs
+from _variants import errors, weighted_graphs
 from numbasparse import dispatch, reductions
 from numbasparse.bench.timing import time_cuda_interleaved, time_kernels
 from numbasparse.cuda import hp, slab
@@ -72,13 +72,7 @@ for name, A, dev, T in weighted_graphs(args.folder, rng):
                 variants[f"d{d}"] = lambda d=d: hp.spmm_hp(dev, B, C, "sum", depth=d)
         if args.ncu:  # only the listed variants: checked (the warm-up), then run once each
             variants = {k: v for k, v in variants.items() if k in args.ncu.split(",")}
-        bad = {}
-        for label, fn in variants.items():
-            Ct.fill_(float("nan"))
-            fn()
-            err = float(torch.linalg.norm(Ct - expected) / torch.linalg.norm(expected))
-            if not err < 1e-5:
-                bad[label] = err
+        bad = errors(variants, Ct, expected)
         if args.ncu:
             for label, fn in variants.items():
                 print(f"{name} N={n} {label}", file=sys.stderr, flush=True)
