@@ -5,6 +5,10 @@ launch mode and cuSPARSE.  One JSON line per graph and N (checked first: error <
 
     python benchmarks/probes/spmm_variants.py .data [--n 32,64,128,256] [--graphs a,b] > OUT.jsonl
 
+``--events-only``: no kernel times, so no CUPTI in the process (once attached it adds host time
+to every later launch): one call by events and back to back of the rule, the toggled launch mode,
+the slab kernel and cuSPARSE.
+
 ``--ncu rule,npg256,...``: only those variants, each checked (its first run) and then run once
 more, untimed, for Nsight Compute (``ncu -k regex:"spmm_(hp|slab)" ... python ...``: each
 variant's second kernel is the one to read); absent labels are skipped.
@@ -29,10 +33,29 @@ parser.add_argument("folder")
 parser.add_argument("--n", default="32,64,128,256")
 parser.add_argument("--graphs", default="")
 parser.add_argument("--ncu", default="")
+parser.add_argument("--events-only", action="store_true")
 args = parser.parse_args()
 widths = [int(x) for x in args.n.split(",")]
 wanted = set(filter(None, args.graphs.split(",")))
 rng = np.random.default_rng(0)
+
+
+def public_call(A, Bt, single):
+    """``ns.spmm`` on a fresh CSR of ``A``, its HP launch mode forced (``single``; None: the
+    rule's) while its first calls plan and record it (from then on the replay launches it)."""
+    import numbasparse as ns
+
+    csr, saved = ns.CSR.from_scipy(A), hp.SINGLE_MAX_MEAN_ROW
+    if single is not None:
+        hp.SINGLE_MAX_MEAN_ROW = float("inf") if single else 0.0
+    try:
+        for _ in range(6):
+            ns.spmm(csr, Bt)
+    finally:
+        hp.SINGLE_MAX_MEAN_ROW = saved
+    return lambda: ns.spmm(csr, Bt)
+
+
 for name, A, dev, T in weighted_graphs(args.folder, rng):
     if wanted and name not in wanted:
         continue
@@ -80,8 +103,18 @@ for name, A, dev, T in weighted_graphs(args.folder, rng):
                 torch.cuda.synchronize()
             continue
         variants["cusparse"] = lambda: torch.sparse.mm(T, Bt)
+        timed = {k: variants[k] for k in ("rule", toggled, "slab", "cusparse")}
+        if args.events_only:
+            if stats["auto"] == "hp":  # through the public call (replayed), its launch mode forced
+                timed["api rule"] = public_call(A, Bt, None)
+                timed[f"api {toggled}"] = public_call(A, Bt, not plan.single)
+            one = {k: v[0] for k, v in time_cuda_interleaved(timed, calls=1, repeat=60).items()}
+            b2b = {k: v[0] for k, v in time_cuda_interleaved(timed, calls=20, repeat=10).items()}
+            print(json.dumps(dict(stats, one_call_ms=one, b2b_ms=b2b, bad=bad)), flush=True)
+            print(f"{name} N={n} one call " + " ".join(f"{k}={v * 1e3:.1f}" for k, v in one.items())
+                  + " | b2b " + " ".join(f"{k}={v * 1e3:.1f}" for k, v in b2b.items()), file=sys.stderr, flush=True)
+            continue
         kernel = {k: time_kernels(fn, repeat=20) for k, fn in variants.items()}
-        one = {k: v[0] for k, v in time_cuda_interleaved(
-            {k: variants[k] for k in ("rule", toggled, "slab", "cusparse")}, calls=1, repeat=30).items()}
+        one = {k: v[0] for k, v in time_cuda_interleaved(timed, calls=1, repeat=30).items()}
         print(json.dumps(dict(stats, kernel_ms=kernel, one_call_ms=one, bad=bad)), flush=True)
         print(f"{name} N={n} " + " ".join(f"{k}={v * 1e3:.1f}" for k, v in kernel.items()), file=sys.stderr, flush=True)
