@@ -17,17 +17,18 @@ spmm      ``hp`` for float16/bfloat16 operands                   the kernels tha
                                                                  store whole rows, rounded once;
                                                                  the others combine partial rows
                                                                  atomically in C's dtype
-spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs x N = 64..256:
-          SLAB_MAX_L2_SHARE of L2 and the default tiling's       at >= 4 and B within a quarter
-          segments (a row's entries in one column slab)          of L2, slab faster than HP in 8
-          average >= SLAB_MIN_SEGMENT entries, counted on A's    of 10 cases (1.09-1.76x by
-          pattern (:func:`slab_pays`): B rows are re-used from   kernel time; 1.00x and 0.95x in
-          L1, at one atomic flush per segment; past a quarter    the others); HP faster on all 6
-          of L2 the tiles' B rows miss L2                        past it (web crawls) and in 31
-                                                                 of the 38 below 4; N = 32: HP
-                                                                 faster on the large graphs
-                                                                 whatever the segments
-                                                                 ("Column-slab SpMM")
+spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs x N = 64..256
+          SLAB_MAX_L2_SHARE of L2 and the default tiling's       (balanced tiles): at >= 3.5 and
+          segments (a row's entries in one column slab)          B within a quarter of L2, slab
+          average >= SLAB_MIN_SEGMENT entries, counted on A's    faster than HP in 12 of 14 cases
+          pattern (:func:`slab_pays`): B rows are re-used from   (1.13-1.66x by kernel time;
+          L1, at one atomic flush per segment; past a quarter    0.91x and 0.77x in the others);
+          of L2 the tiles' B rows miss L2                        HP faster in 20 of 22 past a
+                                                                 quarter of L2 and in 15 of 18
+                                                                 below 3.5 (the exceptions 1.05-
+                                                                 1.30x); N = 32: HP faster on
+                                                                 the large graphs whatever the
+                                                                 segments ("Column-slab SpMM")
 spmm      ``hp`` elsewhere                                       balanced by nonzeros: heavy rows
                                                                  never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
@@ -66,8 +67,11 @@ BACKENDS = ("auto", "cuda", "cpu")
 #: The column-slab SpMM pays where a partial row (one atomic flush per lane) serves at least
 #: SLAB_MIN_SEGMENT entries (:func:`slab_pays`) and N >= SLAB_MIN_COLUMNS: first fitted on sampled
 #: subgraphs (9-37 entries per segment: faster at N = 64..256, every reduction; R-MAT and small
-#: citation graphs, 1-1.5: slower), then checked on the 18 shared graphs (table above).
-SLAB_MIN_SEGMENT = 4.0
+#: citation graphs, 1-1.5: slower), then checked on the 18 shared graphs (table above).  4 until
+#: the slab kernel's tiles were balanced (2026-11-27); since then, with B within a quarter of L2,
+#: the 4 cases at 3.56-3.75 ran 1.23-1.34x faster than HP in 3 (amazon-photo N = 64, wiki-vote
+#: directed N = 128 and 256) and 0.77x in 1 (fb100, rows of 85), the next below (2.94) 0.73x.
+SLAB_MIN_SEGMENT = 3.5
 SLAB_MIN_COLUMNS = 64
 #: ... and where B (A's columns x N) takes at most this share of the L2 cache: the slab kernel
 #: deals its tiles in size order over the whole matrix, so the B rows in use at once span many

@@ -189,3 +189,11 @@ def test_auto_reads_the_pattern_of_a_scipy_operand_too():
     dense = sp.csr_matrix(np.random.default_rng(0).random((48, 48)).astype(np.float32))
     assert dispatch.slab_pays(dense, 64, 4) and dispatch.slab_pays(CSR.from_scipy(dense), 64, 4)
     assert dispatch.resolve("spmm", "auto", "cuda", False, 64, "sum", 4, dense).name == "slab"
+
+
+def test_auto_takes_the_slab_kernel_from_three_and_a_half_entries_per_segment(monkeypatch):
+    monkeypatch.setattr(dispatch, "memory_system", lambda: (1 << 40, 3e12))  # B well within L2 on any GPU
+    A = sp.random(64, 4096, density=0.05, format="csr", random_state=0, dtype=np.float32)
+    for counted, pays in ((3.62, True), (3.5, True), (3.4, False)):  # wiki-vote directed counts 3.62
+        monkeypatch.setattr(dispatch, "entries_per_segment", lambda *args, counted=counted: counted)
+        assert dispatch.slab_pays(A, 64, 4) == pays
