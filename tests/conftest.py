@@ -39,9 +39,31 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     from numbasparse import dispatch
 
+    if not config.option.collectonly:
+        _compile_check_in_background(items)
     if dispatch.gpu_present():
         return
     skip = pytest.mark.skip(reason="needs a real CUDA GPU")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+_background = []  # the module of tests/cuda/test_compile.py, once it started its check
+
+
+def _compile_check_in_background(items):
+    """Start the compile check of ``tests/cuda/test_compile.py`` now and run its test last (its
+    module docstring says why)."""
+    check = [item for item in items if item.name == "test_every_kernel_compiles_without_spills"]
+    if check and check[0].module.compiler_wheels_present():
+        items[:] = [item for item in items if item is not check[0]] + check
+        check[0].module.start_report()
+        _background.append(check[0].module)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for module in _background:  # a session stopped before the check's test (-x, Ctrl-C): stop it too
+        process, _ = module.start_report()
+        if process.poll() is None:
+            process.kill()
