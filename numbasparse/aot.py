@@ -8,7 +8,9 @@ Which kernel ``auto`` runs depends on N, the dtypes and the graph (row lengths, 
 so the configurations are reached the way a user reaches them: by calling the public functions on
 four small synthetic graphs whose shapes lead ``auto`` to each of its kernel variants: short rows
 (HP, one launch), short rows with one hub row (HP's two-launch mode), power-law rows (HP with
-deeper gathers; at some widths the column slab), dense rows (column slab, N >= 64).
+deeper gathers; at some widths the column slab), dense rows (column slab, N >= 64).  A kernel
+family whose rules pick among variants by traits no small graph is sure to have (HP's gather
+depth and launch mode) launches those itself, once per dtype and width (``precompile_variants``).
 """
 import sys
 import time
@@ -22,6 +24,7 @@ DEFAULT_DTYPES = ("float32",)
 DEFAULT_N = (32, 64, 128, 256)
 DEFAULT_INDEX_DTYPES = ("int32",)
 REDUCTIONS = ("sum", "mean", "max", "min")
+
 
 
 def _graphs():
@@ -48,7 +51,7 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
     from numba import cuda
 
     from . import api, arrays, csr
-    from .cuda import launch
+    from .cuda import hp, launch
     from .cuda.device import gpu_present, simulator_enabled
     from .disk import cache_dir
 
@@ -62,6 +65,7 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
     if not n or min(n) < 1:
         raise ValueError(f"n must be column counts of at least 1, got {n}")
     graphs = _graphs()
+    first = next(iter(graphs))
     steps = [(d, i, k, name) for d in dtypes for i in index_dtypes for k in n for name in graphs]
     before = dict(launch.kernel_file_counts)
     start = time.perf_counter()
@@ -74,11 +78,10 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
         X = arrays.to_device(rng.standard_normal((A.shape[0], k)).astype(dtype))
         for reduce in REDUCTIONS:
             api.spmm(A, B, reduce=reduce)
-            if name == "short rows":
-                _hp_variants(A, B, reduce)
+            if name == first:  # the variants a family's rules may pick on graphs unlike these
+                for family in (hp,):  # the families with a precompile_variants
+                    family.precompile_variants(A, *_kernel_operands(A, B, X), reduce)
         api.sddmm(A, X, B)
-        if name == "short rows":  # the walk past runs of empty rows, which these graphs lack
-            _sddmm_skipping(A, X, B)
         if A.shape[0] == A.shape[1]:
             for fuse in (True, False):  # fused="auto" takes either by the longest row
                 api.graph_attention(A, X, X, X, fused=fuse)
@@ -89,34 +92,6 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
         sys.stderr.write("\n")
     counts = {key: launch.kernel_file_counts[key] - before[key] for key in before}
     return dict(counts, seconds=round(time.perf_counter() - start, 1))
-
-
-def _hp_variants(A, B, reduce):
-    """Every HP-SpMM kernel variant of this width and dtype (gather depth x launch mode): which one
-    ``auto`` runs depends on the graph's row lengths and hub rows, and no set of small graphs is
-    sure to reach them all at every width."""
-    from numba import cuda
-
-    from .cuda import hp
-    from .dtypes import is_half, storage_dtype
-
-    (B,) = _kernel_operands(A, B)
-    C = cuda.device_array((A.shape[0], B.shape[1]), storage_dtype(A.dtype))
-    scale = 2 if is_half(A.dtype) else 1
-    for depth in (1, scale * hp.GATHER_DEPTH):
-        for single in (True,) if is_half(A.dtype) else (True, False):  # 16-bit C: single launch only
-            hp.spmm_hp(A, B, C, reduce, depth=depth, single=single)
-
-
-def _sddmm_skipping(A, X, Y):
-    """The HP-SDDMM variant that ``auto`` runs on graphs with long runs of empty rows."""
-    from numba import cuda
-
-    from .cuda import hp
-    from .dtypes import storage_dtype
-
-    X, Y = _kernel_operands(A, X, Y)
-    hp.sddmm_hp(A, X, Y, cuda.device_array(A.nnz, storage_dtype(A.dtype)), skips_runs=True)
 
 
 def _kernel_operands(A, *arrays):

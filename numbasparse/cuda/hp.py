@@ -27,7 +27,7 @@ from . import device, launch
 from .device import WARP_SIZE as WARP
 from .device import cdiv
 from .fill import fill_identity
-from ..dtypes import compute_dtype, is_half_format, kernel_format
+from ..dtypes import compute_dtype, is_half, is_half_format, kernel_format, storage_dtype
 from .intrinsics import (atomic_max_float, atomic_min_float, converters, flagged_parts, flagged_words,
                          half_vector_store, shfl_down, syncblock, syncwarp_lanes, value_types, vector_load,
                          vector_width)
@@ -806,3 +806,21 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_run
         "plans", key, lambda: _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp, group, skips_runs))
     args = (A.indptr, A.indices, A.data, warp_rows, X, Y, out, npw)
     launch.run_bound(A.cache, key, kernel, grid, WARPS_PER_BLOCK * WARP, stream, args, (4, 5, 6))
+
+
+# Ahead-of-time compilation ------------------------------------------------------------------
+
+def precompile_variants(A, B, X, reduce):
+    """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
+    for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
+    single launch only) and, once per call with ``reduce="sum"``, HP-SDDMM's walk past runs of
+    empty rows.  Which of them a graph reaches depends on its rows and hub rows, and no set of
+    small graphs is sure to reach them all at every width.  B (K, N) and X (M, N): device
+    arrays as the kernels take them (16-bit values as their bits); results discarded."""
+    half = is_half(A.dtype)
+    C = cuda.device_array((A.shape[0], B.shape[1]), storage_dtype(A.dtype))
+    for depth in (1, (2 if half else 1) * GATHER_DEPTH):
+        for single in (True,) if half else (True, False):  # a 16-bit C is written by the single launch only
+            spmm_hp(A, B, C, reduce, depth=depth, single=single)
+    if reduce == "sum":
+        sddmm_hp(A, X, B, cuda.device_array(A.nnz, storage_dtype(A.dtype)), skips_runs=True)

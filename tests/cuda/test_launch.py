@@ -265,8 +265,9 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     monkeypatch.setattr(hp, "spmm_hp_kernel", recording)
     dtype = as_dtype(dtype)
     A = csr.CSR.from_scipy(sp.random(6, 5, density=0.4, format="csr", random_state=0), dtype=dtype)
-    B = arrays.to_device(np.random.default_rng(0).standard_normal((5, 8)).astype(dtype))
-    aot._hp_variants(A, B, "sum")
+    rng = np.random.default_rng(0)
+    B, X = (arrays.to_device(rng.standard_normal(shape).astype(dtype)) for shape in ((5, 8), (6, 8)))
+    hp.precompile_variants(A, *aot._kernel_operands(A, B, X), "sum")
     if dtype.itemsize == 2:
         assert sorted(made) == [(1, True), (4, True)]
     else:
