@@ -18,17 +18,18 @@ spmm      ``hp`` for float16/bfloat16 operands                   the kernels tha
                                                                  the others combine partial rows
                                                                  atomically in C's dtype
 spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs x N = 64..256
-          SLAB_MAX_L2_SHARE of L2 and the default tiling's       (balanced tiles): at >= 3.5 and
-          segments (a row's entries in one column slab)          B within a quarter of L2, slab
-          average >= SLAB_MIN_SEGMENT entries, counted on A's    faster than HP in 12 of 14 cases
+          SLAB_MAX_L2_SHARE of L2 and the default tiling's       (balanced tiles): at >= 4 and B
+          segments (a row's entries in one column slab)          within a quarter of L2, slab
+          average >= SLAB_MIN_SEGMENT entries, counted on A's    faster than HP in 9 of 10 cases
           pattern (:func:`slab_pays`): B rows are re-used from   (1.13-1.66x by kernel time;
-          L1, at one atomic flush per segment; past a quarter    0.91x and 0.77x in the others);
-          of L2 the tiles' B rows miss L2                        HP faster in 20 of 22 past a
-                                                                 quarter of L2 and in 15 of 18
-                                                                 below 3.5 (the exceptions 1.05-
-                                                                 1.30x); N = 32: HP faster on
-                                                                 the large graphs whatever the
-                                                                 segments ("Column-slab SpMM")
+          L1, at one atomic flush per segment; past a quarter    0.91x in the other); HP faster
+          of L2 the tiles' B rows miss L2                        in 20 of 22 past a quarter of L2
+                                                                 and in 16 of 22 below 4 (of the
+                                                                 6, those at 3.5-4 no faster by one
+                                                                 call: SLAB_MIN_SEGMENT); N = 32:
+                                                                 HP faster on the large graphs
+                                                                 whatever the segments
+                                                                 ("Column-slab SpMM")
 spmm      ``hp`` elsewhere                                       balanced by nonzeros: heavy rows
                                                                  never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
@@ -67,11 +68,12 @@ BACKENDS = ("auto", "cuda", "cpu")
 #: The column-slab SpMM pays where a partial row (one atomic flush per lane) serves at least
 #: SLAB_MIN_SEGMENT entries (:func:`slab_pays`) and N >= SLAB_MIN_COLUMNS: first fitted on sampled
 #: subgraphs (9-37 entries per segment: faster at N = 64..256, every reduction; R-MAT and small
-#: citation graphs, 1-1.5: slower), then checked on the 18 shared graphs (table above).  4 until
-#: the slab kernel's tiles were balanced (2026-11-27); since then, with B within a quarter of L2,
-#: the 4 cases at 3.56-3.75 ran 1.23-1.34x faster than HP in 3 (amazon-photo N = 64, wiki-vote
-#: directed N = 128 and 256) and 0.77x in 1 (fb100, rows of 85), the next below (2.94) 0.73x.
-SLAB_MIN_SEGMENT = 3.5
+#: citation graphs, 1-1.5: slower), then checked on the 18 shared graphs (table above).  With the
+#: tiles balanced (2026-11-27) the 4 cases at 3.56-3.75 ran the slab kernel faster than HP by
+#: kernel time in 3 (1.23-1.34x) but 3.5 lost by one call: the slab kernel's fill of C is a second
+#: GPU operation where HP runs one (fb100 N = 64 1.28 -> 0.98x of cuSPARSE, wiki-vote directed
+#: N = 128 1.20-1.25 -> 1.13x), so the threshold stays 4.
+SLAB_MIN_SEGMENT = 4.0
 SLAB_MIN_COLUMNS = 64
 #: ... and where B (A's columns x N) takes at most this share of the L2 cache: the slab kernel
 #: deals its tiles in size order over the whole matrix, so the B rows in use at once span many

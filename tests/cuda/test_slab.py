@@ -191,9 +191,9 @@ def test_auto_reads_the_pattern_of_a_scipy_operand_too():
     assert dispatch.resolve("spmm", "auto", "cuda", False, 64, "sum", 4, dense).name == "slab"
 
 
-def test_auto_takes_the_slab_kernel_from_three_and_a_half_entries_per_segment(monkeypatch):
+def test_auto_takes_the_slab_kernel_from_four_entries_per_segment(monkeypatch):
     monkeypatch.setattr(dispatch, "memory_system", lambda: (1 << 40, 3e12))  # B well within L2 on any GPU
     A = sp.random(64, 4096, density=0.05, format="csr", random_state=0, dtype=np.float32)
-    for counted, pays in ((3.62, True), (3.5, True), (3.4, False)):  # wiki-vote directed counts 3.62
+    for counted, pays in ((4.29, True), (4.0, True), (3.75, False)):  # tolokers N = 128; fb100 N = 64
         monkeypatch.setattr(dispatch, "entries_per_segment", lambda *args, counted=counted: counted)
         assert dispatch.slab_pays(A, 64, 4) == pays
