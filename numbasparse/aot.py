@@ -26,7 +26,6 @@ DEFAULT_INDEX_DTYPES = ("int32",)
 REDUCTIONS = ("sum", "mean", "max", "min")
 
 
-
 def _graphs():
     """Small graphs that reach every variant ``auto`` picks among (see the module docstring)."""
     import scipy.sparse as sp

@@ -24,12 +24,13 @@ spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs 
           pattern (:func:`slab_pays`): B rows are re-used from   (1.13-1.66x by kernel time;
           L1, at one atomic flush per segment; past a quarter    0.91x in the other); HP faster
           of L2 the tiles' B rows miss L2                        in 20 of 22 past a quarter of L2
-                                                                 and in 16 of 22 below 4 (the 6:
-                                                                 SLAB_MIN_SEGMENT's note; Cora and
-                                                                 Citeseer at 1.2-1.6); N = 32: HP
-                                                                 faster on the large graphs
-                                                                 whatever the segments
-                                                                 ("Column-slab SpMM")
+                                                                 and in 16 of 22 below 4 (slab
+                                                                 1.08-1.34x on Cora, Citeseer,
+                                                                 amazon-photo, wiki-vote directed);
+                                                                 N = 32: HP faster on the large
+                                                                 graphs whatever the segments
+                                                                 ("Column-slab SpMM",
+                                                                 h100-2026-11-27/slab_balance.jsonl)
 spmm      ``hp`` elsewhere                                       balanced by nonzeros: heavy rows
                                                                  never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
@@ -68,12 +69,9 @@ BACKENDS = ("auto", "cuda", "cpu")
 #: The column-slab SpMM pays where a partial row (one atomic flush per lane) serves at least
 #: SLAB_MIN_SEGMENT entries (:func:`slab_pays`) and N >= SLAB_MIN_COLUMNS: first fitted on sampled
 #: subgraphs (9-37 entries per segment: faster at N = 64..256, every reduction; R-MAT and small
-#: citation graphs, 1-1.5: slower), then checked on the 18 shared graphs (table above).  With the
-#: tiles balanced (2026-11-27) the 4 cases at 3.56-3.75 ran the slab kernel 1.23-1.34x faster than
-#: HP in 3 (amazon-photo N = 64, wiki-vote directed N = 128 / 256) and 0.77x in fb100 N = 64, whose
-#: rows of 85 make HP half as costly per entry: the break-even follows HP's cost per entry, which
-#: one threshold cannot express.  It stays at 4 (above it the slab kernel lost once, 0.91x) until
-#: a rule from both kernels' predicted costs replaces it (benchmarks/NOTES.md, item 1).
+#: citation graphs, 1-1.5: slower), then checked on the 18 shared graphs (table above).  Just
+#: below 4 the slab kernel wins or loses by HP's cost per entry (row length), which one threshold
+#: cannot express (BENCHMARKS.md "Column-slab SpMM"; benchmarks/NOTES.md, item 1).
 SLAB_MIN_SEGMENT = 4.0
 SLAB_MIN_COLUMNS = 64
 #: ... and where B (A's columns x N) takes at most this share of the L2 cache: the slab kernel

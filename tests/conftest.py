@@ -36,6 +36,7 @@ def pytest_report_header(config):
     return f"numbasparse: CUDA {'on a GPU' if dispatch.gpu_present() else 'on the simulator' if dispatch.simulator_enabled() else 'unavailable'}"
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection: a deselected compile check does not start
 def pytest_collection_modifyitems(config, items):
     from numbasparse import dispatch
 
@@ -64,6 +65,4 @@ def _compile_check_in_background(items):
 
 def pytest_sessionfinish(session, exitstatus):
     for module in _background:  # a session stopped before the check's test (-x, Ctrl-C): stop it too
-        process, _ = module.start_report()
-        if process.poll() is None:
-            process.kill()
+        module.stop_report()

@@ -81,7 +81,7 @@ def main():
                     stats = []
                     for A in As[:4]:
                         vec, _ = slab.lane_layout(n, 4, config=config)
-                        width, per_tile = slab.tiling(A.nnz, A.shape[1], n, 4, vec, config)[1:]
+                        width, per_tile = slab.balanced_tiling(A.indices, A.shape[1], n, 4, vec, config)[1:]
                         tiles = SlabTiles(A.indptr, A.indices, A.shape, width, per_tile, config.max_segment,
                                           config.warps)
                         stats.append((tiles.reuse(A.indptr, A.indices), tiles.entries_per_segment))

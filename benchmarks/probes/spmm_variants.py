@@ -42,7 +42,10 @@ rng = np.random.default_rng(0)
 
 def public_call(A, Bt, single):
     """``ns.spmm`` on a fresh CSR of ``A``, its HP launch mode forced (``single``; None: the
-    rule's) while its first calls plan and record it (from then on the replay launches it)."""
+    rule's) while its first calls plan and record it (from then on the replay launches it).
+    Forcing moves the mean-row bound only: a graph whose rows span more blocks than
+    ``hp.MAX_SINGLE_LAUNCH_SPAN`` or whose groups zero more than ``hp.MAX_ZEROED_ROWS`` empty rows
+    keeps the filled launch (the JSON line's ``span`` and ``empty_per_group`` say)."""
     import numbasparse as ns
 
     csr, saved = ns.CSR.from_scipy(A), hp.SINGLE_MAX_MEAN_ROW

@@ -116,9 +116,8 @@ def balanced_tiling(indices, n_cols_a, n_cols, itemsize, vec, config=None):
     """:func:`tiling` for a pattern of column ``indices`` (host), its entries per tile lowered
     from the bound to the size whose tiles finish first on this GPU's SMs
     (:func:`~numbasparse.preprocess.slab_tiles.balanced_tile_nnz`): the bound assumes every
-    slab ends in a partial tile, so on a wide A (many slabs, most of them light) it left a
-    tenth to a half of the SMs idle (email-enron N = 64: 102 tiles of 4969 entries on 132 SMs,
-    where 148 of at most 3037 finish in 0.61 of the time)."""
+    slab ends in a partial tile, so on a wide A (many slabs, most of them light) it leaves SMs
+    idle."""
     config = config or DEFAULT
     tile_cols, width, per_tile = tiling(indices.size, n_cols_a, n_cols, itemsize, vec, config)
     tiles = _tiles_per_column_tile(n_cols, tile_cols, config)

@@ -7,9 +7,8 @@ import numpy as np
 #: Candidate tile sizes between the smallest and the largest: a geometric grid of this ratio.
 TILE_SIZE_STEP = 2 ** (1 / 8)
 #: A smaller tile is taken only where its tiles finish at least this share earlier: smaller tiles
-#: load more B rows per entry, which the finishing time (in entries) does not count.  Measured
-#: (H100, 18 graphs x N = 64..256, BENCHMARKS.md "Column-slab SpMM"): sizes whose model gain was
-#: about 1% (wiki-vote) ran 2-5% slower; gains of 5-45% in the model ran 1.02-1.51x faster.
+#: load more B rows per entry, which the finishing time (in entries) does not count (measured:
+#: BENCHMARKS.md, "Column-slab SpMM").
 MIN_FINISH_GAIN = 0.05
 
 
@@ -23,6 +22,7 @@ def balanced_tile_nnz(slab_nnz, smallest, largest, column_tiles, slots):
     a tile loads)."""
     slab_nnz = np.asarray(slab_nnz, np.int64)
     slab_nnz = slab_nnz[slab_nnz > 0]
+    smallest = max(1, smallest)
     if slab_nnz.size == 0 or largest <= smallest:
         return max(1, int(largest))
     bound = _finish(slab_nnz, int(largest), column_tiles, slots)

@@ -7,6 +7,7 @@ so that on a machine of few cores its compiles overlap the simulator tests inste
 them."""
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,10 +34,23 @@ def start_report():
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         output = tempfile.TemporaryFile(mode="w+")
         niced = (lambda: os.nice(10)) if hasattr(os, "nice") else None
+        # its own process group: stop_report() ends its pool of compiling workers with it
         process = subprocess.Popen([sys.executable, str(ROOT / "tools" / "kernel_report.py")], stdout=output,
-                                   stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=niced)
+                                   stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=niced,
+                                   start_new_session=True)
         _report = process, output
     return _report
+
+
+def stop_report():
+    """End the background run (and its workers) if it is still running."""
+    if _report is not None and _report[0].poll() is None:
+        process = _report[0]
+        if hasattr(os, "killpg"):
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+        process.wait()
 
 
 @pytest.mark.skipif(not compiler_wheels_present(), reason="needs the CUDA compiler wheels (pip install '.[cu12]')")
@@ -44,8 +58,9 @@ def test_every_kernel_compiles_without_spills():
     process, output = start_report()  # (already running when conftest started it)
     try:
         process.wait(timeout=1800)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise
+    finally:
+        stop_report()
     output.seek(0)
-    assert process.returncode == 0, output.read()
+    text = output.read()
+    output.close()
+    assert process.returncode == 0, text

@@ -249,7 +249,8 @@ def test_a_kernel_factory_takes_positional_or_keyword_parameters_only():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     """Which HP-SpMM variant auto runs (gather depth, launch mode) depends on the graph: precompile
-    makes all of them for each width and dtype, 16-bit ones in their single launch only."""
+    makes all of them for each width and dtype, 16-bit ones in their single launch only, and
+    HP-SDDMM's walk past runs of empty rows."""
     import scipy.sparse as sp
     from numbasparse import aot, arrays, csr
     from numbasparse.cuda import hp
@@ -263,6 +264,14 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
         return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt)
 
     monkeypatch.setattr(hp, "spmm_hp_kernel", recording)
+    skipping = []
+    sddmm_factory = hp.sddmm_hp_kernel
+
+    def recording_sddmm(vec, group, fmt, skips_runs):
+        skipping.append(skips_runs)
+        return sddmm_factory(vec, group, fmt, skips_runs)
+
+    monkeypatch.setattr(hp, "sddmm_hp_kernel", recording_sddmm)
     dtype = as_dtype(dtype)
     A = csr.CSR.from_scipy(sp.random(6, 5, density=0.4, format="csr", random_state=0), dtype=dtype)
     rng = np.random.default_rng(0)
@@ -272,3 +281,4 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
         assert sorted(made) == [(1, True), (4, True)]
     else:
         assert sorted(made) == [(1, False), (1, True), (2, False), (2, True)]
+    assert skipping == [True]  # HP-SDDMM's walk past runs of empty rows, which these graphs lack

@@ -1,6 +1,7 @@
 """The column-slab tiling's tile size (host side of numbasparse.cuda.slab)."""
 import numpy as np
 
+from numbasparse.preprocess import slab_tiles
 from numbasparse.preprocess.slab_tiles import MIN_FINISH_GAIN, _finish, balanced_tile_nnz
 
 
@@ -14,9 +15,13 @@ def test_a_wide_pattern_of_light_slabs_gets_smaller_tiles_that_fill_the_sms():
     assert _finish(slab_nnz, size, 1, 64) <= (1 - MIN_FINISH_GAIN) * _finish(slab_nnz, bound, 1, 64)
 
 
-def test_the_bound_stays_where_a_smaller_tile_gains_too_little():
-    slab_nnz = np.array([6400] * 4)  # 4 x 16 tiles of 400 fill 64 SMs exactly
-    assert balanced_tile_nnz(slab_nnz, smallest=100, largest=400, column_tiles=1, slots=64) == 400
+def test_the_bound_stays_where_a_smaller_tile_gains_too_little(monkeypatch):
+    # 26 slabs on 16 SMs: tiles of 5388 entries would finish 2.2% before the bound's 9883
+    slab_nnz = np.array([4356, 403, 1948, 794, 3558, 2610, 3741, 158, 3958, 5047, 3104, 4293, 429, 1496, 5440, 4616,
+                         3199, 5845, 3504, 4734, 4935, 1748, 561, 3656, 626, 4304])
+    assert balanced_tile_nnz(slab_nnz, smallest=4942, largest=9883, column_tiles=1, slots=16) == 9883
+    monkeypatch.setattr(slab_tiles, "MIN_FINISH_GAIN", 0.0)  # without the margin the smaller size is taken
+    assert balanced_tile_nnz(slab_nnz, smallest=4942, largest=9883, column_tiles=1, slots=16) < 9883
 
 
 def test_the_size_stays_between_its_limits_and_an_empty_pattern_keeps_the_bound():
