@@ -77,9 +77,8 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
         X = arrays.to_device(rng.standard_normal((A.shape[0], k)).astype(dtype))
         for reduce in REDUCTIONS:
             api.spmm(A, B, reduce=reduce)
-            if name == first:  # the variants a family's rules may pick on graphs unlike these
-                for family in (hp,):  # the families with a precompile_variants
-                    family.precompile_variants(A, *_kernel_operands(A, B, X), reduce)
+            if name == first:  # the variants HP's rules may pick on graphs unlike these
+                hp.precompile_variants(A, *_kernel_operands(A, B, X), reduce)
         api.sddmm(A, X, B)
         if A.shape[0] == A.shape[1]:
             for fuse in (True, False):  # fused="auto" takes either by the longest row

@@ -286,9 +286,12 @@ def _tiles(A, width, per_tile, config):
 def _plan(A, code, n, B, C, slab_width, tile_nnz, config):
     """(kernel, grid, tile arrays) of the column-slab SpMM for A: the layout and tiling rules."""
     vec, depth = lane_layout(n, C.dtype.itemsize, B, C, config=config)  # (C aligned for the vector reductions)
-    tile_cols, width, per_tile = (tiling(A.nnz, A.shape[1], n, C.dtype.itemsize, vec, config)
-                                  if tile_nnz or slab_width else
-                                  balanced_tiling(A._host.indices[:A.nnz], A.shape[1], n, C.dtype.itemsize, vec, config))
+    if tile_nnz or slab_width:
+        tile_cols, width, per_tile = tiling(A.nnz, A.shape[1], n, C.dtype.itemsize, vec, config)
+    else:  # a pass over the host pattern: once per width, not per reduction and alignment
+        tile_cols, width, per_tile = A.cache.get_or_build(
+            "plans", ("slab_tiling", n, C.dtype.itemsize, vec, config),
+            lambda: balanced_tiling(A._host.indices[:A.nnz], A.shape[1], n, C.dtype.itemsize, vec, config))
     arrays, tiles = _tiles(A, slab_width or width, tile_nnz or per_tile, config)
     kernel = spmm_slab_kernel(code, vec, depth, config.warps, C.dtype.str, A.index_dtype.str, config.vector_red,
                               config.column_first)

@@ -197,3 +197,18 @@ def test_auto_takes_the_slab_kernel_from_four_entries_per_segment(monkeypatch):
     for counted, pays in ((4.29, True), (4.0, True), (3.75, False)):  # tolokers N = 128; fb100 N = 64
         monkeypatch.setattr(dispatch, "entries_per_segment", lambda *args, counted=counted: counted)
         assert dispatch.slab_pays(A, 64, 4) == pays
+
+
+def test_the_balanced_tiling_is_worked_out_once_per_width(monkeypatch):
+    counted = []
+    balanced = slab.balanced_tiling
+    monkeypatch.setattr(slab, "balanced_tiling", lambda *args: counted.append(1) or balanced(*args))
+    rng = np.random.default_rng()
+    A = random_graph(rng, (6, 20), [3, 0, 5, 1, 7, 2])
+    B = random_dense(rng, (20, 8), np.float32)
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    for reduce in ("sum", "max"):  # two plans, one pass over the pattern
+        C = cuda.to_device(np.full((6, 8), np.nan, np.float32))
+        slab.spmm_slab(dev, cuda.to_device(B), C, reduce)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+    assert len(counted) == 1
