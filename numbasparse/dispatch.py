@@ -124,6 +124,13 @@ def _sddmm_tuned(A, X, Y, out, *, stream=0, families=None):
     tuner.run(tuner.choose(A, "sddmm", X.shape[1], A.dtype, families=families), "sddmm", A, (X, Y, out), stream=stream)
 
 
+def spmm_add(A, B, C, *, stream=0):
+    """C += A B (sum) for a device CSR A and device arrays B, C (float32 or float64): HP-SpMM's
+    filled kernel with every row added atomically and no fill, the one kernel that accumulates
+    (:mod:`numbasparse.distributed` adds the products of its halo's column blocks so)."""
+    hp.spmm_hp(A, B, C, "sum", stream=stream, accumulate=True)
+
+
 def _spmm_blocked(A, B, C, reduce, *, stream=0):
     tiled.spmm_tiled(A, tiled.row_order(A, False), B, C, tiled.CS267_SPMM, stream=stream)
 

@@ -8,7 +8,9 @@ rank's *halo*) belong to other ranks.  A :class:`DistGraph` holds a rank's rows 
 columns renumbered as [owned nodes, then halo nodes grouped by owner] and the exchange plan: which
 of its owned rows each other rank needs, agreed once with ``all_to_all`` when it is built.
 :func:`halo_exchange` then sends only those rows (one ``all_to_all_single``); its backward sends
-the halo's gradients back to their owners, which add them.  The local products are
+the halo's gradients back to their owners, which add them.  :func:`spmm` (sum) does not wait for
+the halo: it multiplies the owned columns while the halo's rows arrive, one source rank after
+another, and adds each source's column block as soon as its rows are in.  The local products are
 :mod:`numbasparse.torch`'s, so they differentiate in the features and the edge values, on the CPU
 backend (gloo ranks, CPU tensors) or on the GPU kernels (NCCL ranks, one GPU each).
 
@@ -27,9 +29,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from . import api, arrays, dispatch
 from . import torch as nst
 from ._compat import scipy_sparse as sp
-from .csr import canonical_csr
+from .csr import CSR, canonical_csr
+from .cuda import device as gpus
 
 METHODS = ("contiguous", "louvain")
 
@@ -153,6 +157,10 @@ class DistGraph:
         if len(send_local) and (send_local.min() < 0 or send_local.max() >= self.n_owned):
             raise RuntimeError("internal error: a rank asked for rows this rank does not own")
         self._send_index = torch.as_tensor(send_local, dtype=torch.int64, device=self.device)
+        self._send_offsets = np.concatenate([[0], np.cumsum(self._send_counts)]).astype(np.int64)
+        self._recv_offsets = np.concatenate([[0], np.cumsum(self._recv_counts)]).astype(np.int64)
+        self._blocks = None  # (source rank, column block, its entries) for spmm: built on first use
+        self._block_values = (None, None, None)
         # Where no rank has a halo (one rank, or disconnected parts) the exchange is skipped on
         # every rank: appending an empty halo would copy X on each call for nothing.
         rows = torch.tensor([float(self._recv_counts.sum())], device=self._comm_device)
@@ -237,6 +245,80 @@ class DistGraph:
             out.copy_(received)
         return out
 
+    # -- column blocks (spmm's pipeline) ----------------------------------------------------------
+
+    def _column_blocks(self, dtype):
+        """[(source rank, block, entries)]: this rank's rows of A split by the owner of their
+        columns, the owned columns first, then one block per other rank, in the order
+        :meth:`_post_halo` receives their rows.  ``block``: the pattern over that source's
+        columns, a device :class:`CSR` of ones of ``dtype`` (a scipy CSR on CPU ranks);
+        ``entries``: its entries' positions in ``graph``'s entry order (to take their values).
+        Built on first use, once per dtype."""
+        if self._blocks is None:
+            pattern = self.graph.pattern()
+            rows = np.repeat(np.arange(self.n_owned), np.diff(pattern.indptr))
+            cols = pattern.indices
+            index = np.int32 if max(self.n_owned + self.n_halo, self.graph.nnz) < 2**31 else np.int64
+            self._blocks = {}
+            parts = []
+            for source in [self.rank] + [(self.rank - k) % self.world for k in range(1, self.world)]:
+                lo, hi = ((0, self.n_owned) if source == self.rank else
+                          (self.n_owned + self._recv_offsets[source], self.n_owned + self._recv_offsets[source + 1]))
+                entries = np.flatnonzero((cols >= lo) & (cols < hi))
+                indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[entries], minlength=self.n_owned))])
+                parts.append((source, indptr.astype(index), (cols[entries] - lo).astype(index), (self.n_owned, int(hi - lo)),
+                              torch.as_tensor(entries, device=self.device)))
+            self._block_parts = parts
+        if dtype not in self._blocks:
+            blocks = []
+            for source, indptr, indices, shape, entries in self._block_parts:
+                if self.device.type == "cuda":
+                    block = CSR._from_device(torch.as_tensor(indptr, device=self.device),
+                                             torch.as_tensor(indices, device=self.device),
+                                             torch.ones(len(indices), dtype=dtype, device=self.device), shape)
+                else:
+                    block = sp.csr_matrix((np.ones(len(indices)), indices, indptr), shape=shape)
+                blocks.append((source, block, entries))
+            self._blocks[dtype] = blocks
+        return self._blocks[dtype]
+
+    def _with_values(self, values):
+        """[(source rank, matrix)]: each column block with its entries' ``values``, kept while
+        ``values`` is unchanged (the default values are gathered once, not per call)."""
+        held, version = self._block_values[:2]
+        if held is not values or version != values._version:  # (held: its memory is not reused meanwhile)
+            matrices = []
+            for source, block, entries in self._column_blocks(values.dtype):
+                taken = values.detach()[entries]
+                if isinstance(block, CSR):
+                    matrix = block.with_values(taken)
+                else:
+                    matrix = sp.csr_matrix((taken.numpy(), block.indices, block.indptr), shape=block.shape)
+                matrices.append((source, matrix))
+            self._block_values = (values, values._version, matrices)
+        return self._block_values[2]
+
+    def _post_halo(self, X, halo):
+        """Start the exchange of ``halo`` (this rank's halo rows, received by source in ``halo``'s
+        rows) and of the rows of ``X`` other ranks need, one source at a time: in round k this
+        rank sends to rank + k and receives from rank - k.  Returns each round's requests."""
+        send = X[self._send_index].to(self._comm_device)
+        rounds = []
+        for k in range(1, self.world):
+            to, source = (self.rank + k) % self.world, (self.rank - k) % self.world
+            ops = []
+            if self._send_counts[to]:
+                ops.append(dist.P2POp(dist.isend, send[self._send_offsets[to]:self._send_offsets[to + 1]],
+                                      self._global(to), self.group))
+            if self._recv_counts[source]:
+                ops.append(dist.P2POp(dist.irecv, halo[self._recv_offsets[source]:self._recv_offsets[source + 1]],
+                                      self._global(source), self.group))
+            rounds.append(dist.batch_isend_irecv(ops) if ops else [])
+        return send, rounds
+
+    def _global(self, rank):
+        return rank if self.group is None else dist.get_global_rank(self.group, rank)
+
     # -- features -----------------------------------------------------------------------------
 
     def local(self, X):
@@ -292,9 +374,66 @@ class _HaloExchange(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
+        return _owned_grad(ctx.dg, grad), None
+
+
+def _owned_grad(dg, grad):
+    """The gradient of the owned rows from that of [owned rows; halo]: the halo's rows sent back
+    to their owners, which add them."""
+    back = dg._all_to_all_rows(grad[dg.n_owned:], dg._recv_counts, dg._send_counts)
+    return grad[:dg.n_owned].clone().index_add_(0, dg._send_index, back)
+
+
+class _PipelinedSpmm(torch.autograd.Function):
+    """C = A [X; halo] with the exchange hidden behind the products: the halo's rows are
+    received one source rank at a time while the owned columns' product runs, and each source's
+    column block is added into C (HP-SpMM accumulating atomically) once its rows are in.
+    Backward as the unpipelined product's: A^T dC, the halo's part sent back to its owners."""
+
+    @staticmethod
+    def forward(ctx, values, X, dg):
+        blocks = dg._with_values(values)
+        halo = X.new_empty((dg.n_halo, X.shape[1]))
+        # (gloo ranks with CUDA features exchange through host buffers)
+        arrived = halo if dg._comm_device == X.device else torch.empty_like(halo, device=dg._comm_device)
+        send, rounds = dg._post_halo(X, arrived)
+        (_, owned), *received = blocks
+        C = api.spmm(owned, X.detach())
+        for (source, block), requests in zip(received, rounds):
+            for request in requests:
+                request.wait()  # (NCCL: the current stream waits; the host goes on)
+            begin, end = dg._recv_offsets[source], dg._recv_offsets[source + 1]
+            if arrived is not halo:
+                halo[begin:end] = arrived[begin:end]
+            if block.nnz:
+                _add_product(C, block, halo[begin:end])
+        del send  # (in use until the last round's requests are waited on)
+        ctx.dg = dg
+        ctx.save_for_backward(values, *((X, halo) if ctx.needs_input_grad[0] else ()))
+        return C
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dC):
         dg = ctx.dg
-        back = dg._all_to_all_rows(grad[dg.n_owned:], dg._recv_counts, dg._send_counts)
-        return grad[:dg.n_owned].clone().index_add_(0, dg._send_index, back), None
+        values, *operands = ctx.saved_tensors
+        dvalues = dX = None
+        dC = dC.contiguous()
+        if ctx.needs_input_grad[0]:  # a_ij: <dC_i, [X; halo]_j>
+            dvalues = nst._run("sddmm", torch.ones_like(values), dC, torch.cat(operands), dg.graph.key)
+        if ctx.needs_input_grad[1]:
+            dX = _owned_grad(dg, nst._run("spmm", values.detach(), dC, dg.graph.key, True))
+        return dvalues, dX, None
+
+
+def _add_product(C, block, H):
+    """C += block @ H: one kernel on the GPU (:func:`numbasparse.dispatch.spmm_add`)."""
+    if not C.is_cuda:
+        C += torch.from_numpy(np.asarray(api.spmm(block, H.numpy())))
+        return
+    h, c = arrays.dense(H, "H", 2), arrays.dense(C, "C", 2)
+    with gpus.on_gpu_of([("H", h.array), ("C", c.array)]):
+        dispatch.spmm_add(block, h.array, c.array, stream=arrays.stream_of(h))
 
 
 def halo_exchange(dg, X):
@@ -308,7 +447,17 @@ def halo_exchange(dg, X):
 def spmm(dg, X, values=None, *, reduce="sum"):
     """This rank's rows of ``A @ X`` (or of the row mean, max or min: ``reduce`` as in
     :func:`numbasparse.torch.spmm`), from this rank's rows ``X`` of the features; differentiable
-    in X and in ``values`` (default ``dg.values``)."""
+    in X and in ``values`` (default ``dg.values``).
+
+    A sum of float32 or float64 features (N, 2-D) is pipelined: the owned columns are multiplied
+    while the halo arrives, each source rank's block added when its rows are in.  Other
+    reductions, 16-bit features (autocast included) and ``torch.compile`` exchange the whole halo
+    first (:func:`halo_exchange`), then multiply."""
+    dg._check_rows(X, "X")
+    if reduce == "sum" and dg.exchanges and X.dim() == 2 and not torch.compiler.is_compiling():
+        B, v = nst._autocast(X, dg.values if values is None else values)
+        if B.dtype in (torch.float32, torch.float64):
+            return _PipelinedSpmm.apply(nst._values(dg.graph, v, B), B.contiguous(), dg)
     return nst.spmm(dg.graph, halo_exchange(dg, X), values, reduce=reduce)
 
 

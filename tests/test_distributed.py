@@ -108,6 +108,34 @@ def test_no_exchange_runs_where_no_rank_has_a_halo(world):
     _spawn(world, _check_no_halo_means_no_exchange)
 
 
+def _check_pipelined_sum_matches_exchange_then_multiply(rank, world):
+    A = graphs.powerlaw(1500, seed=3)
+    dg = nsd.DistGraph(A, dtype=torch.float64)
+    rng = np.random.default_rng(rank)
+    x = torch.tensor(rng.standard_normal((dg.n_owned, 7)), requires_grad=True)
+    values = torch.tensor(rng.standard_normal(dg.graph.nnz), requires_grad=True)
+    got = nsd.spmm(dg, x, values)
+    assert dg._blocks is not None  # the column blocks' pipeline ran
+    blocks = dg._blocks[torch.float64]
+    assert sum(block.nnz for _, block, _ in blocks) == dg.graph.nnz and blocks[0][0] == rank
+    x2, values2 = x.detach().clone().requires_grad_(), values.detach().clone().requires_grad_()
+    expected = nst.spmm(dg.graph, nsd.halo_exchange(dg, x2), values2)
+    _close(got, expected.detach().numpy())
+    weights = torch.tensor(rng.standard_normal(got.shape))
+    (got * weights).sum().backward()
+    (expected * weights).sum().backward()
+    _close(x.grad, x2.grad.numpy())
+    _close(values.grad, values2.grad.numpy())
+    with torch.no_grad():  # values changed in place: the blocks take the new values
+        values.mul_(-2.0)
+    _close(nsd.spmm(dg, x, values), -2.0 * expected.detach().numpy())
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_pipelined_sum_matches_exchange_then_multiply(world):
+    _spawn(world, _check_pipelined_sum_matches_exchange_then_multiply)
+
+
 def _check_mismatch_is_refused(rank, world):
     A = graphs.powerlaw(300, seed=1).tolil()
     if rank == 1:
@@ -161,18 +189,21 @@ def test_non_square_graph_is_refused():
 
 
 def _check_on_the_gpu(rank, world):
-    """CUDA tensors and the GPU kernels (ranks sharing GPU 0): float32 against float64 references."""
+    """CUDA tensors and the GPU kernels (gloo ranks sharing GPU 0, NCCL ranks a GPU each): float32
+    against float64 references."""
+    device = torch.device("cuda", rank if dist.get_backend() == "nccl" else 0)
+    torch.cuda.set_device(device)
     A = _graph("power-law")
-    dg = nsd.DistGraph(A, method="louvain", device="cuda")
+    dg = nsd.DistGraph(A, method="louvain", device=device)
     rng = np.random.default_rng(0)
     X, Y = rng.standard_normal((A.shape[0], 40)), rng.standard_normal((A.shape[0], 40))
-    x, y = (dg.local(torch.tensor(M, dtype=torch.float32, device="cuda")) for M in (X, Y))
+    x, y = (dg.local(torch.tensor(M, dtype=torch.float32, device=device)) for M in (X, Y))
     for reduce in ("sum", "mean", "max", "min"):
         _close(nsd.spmm(dg, x, reduce=reduce), ns.spmm(A, X, reduce=reduce)[dg.nodes], 1e-5)
     rows, cols = dg.edges()
     _close(nsd.sddmm(dg, x, y), np.asarray(ns.sddmm(A, X, Y)[rows, cols]).ravel(), 1e-5)
     W0 = rng.standard_normal((40, 8))
-    W, xg = torch.tensor(W0, dtype=torch.float32, device="cuda", requires_grad=True), x.clone().requires_grad_()
+    W, xg = torch.tensor(W0, dtype=torch.float32, device=device, requires_grad=True), x.clone().requires_grad_()
     (torch.relu(nsd.spmm(dg, xg @ W)) ** 2).sum().backward()
     dist.all_reduce(W.grad)
     Wr, xr = torch.tensor(W0, requires_grad=True), torch.tensor(X, requires_grad=True)
@@ -182,6 +213,8 @@ def _check_on_the_gpu(rank, world):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend, world", [("nccl", 1), ("gloo", 2)])
+@pytest.mark.parametrize("backend, world", [("nccl", 1), ("gloo", 2), ("nccl", 2), ("nccl", 4)])
 def test_ranks_on_a_gpu_compute_what_one_process_computes(backend, world):
+    if backend == "nccl" and torch.cuda.device_count() < world:
+        pytest.skip(f"NCCL ranks need a GPU each ({world} ranks, {torch.cuda.device_count()} GPUs)")
     _spawn(world, _check_on_the_gpu, backend=backend)

@@ -34,6 +34,10 @@ def kernel_configs():
                                         f"{reduce} {value}/{index}",
                                         hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, single),
                                         (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1])))
+        for lanes, vec, cf in ((32, 4, 1), (32, 4, 2), (16, 4, 1)):  # C += A B (numbasparse.distributed)
+            configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} accumulate sum {value}/{index}",
+                            hp.spmm_hp_kernel(reductions.SUM, lanes, vec, cf, value, index, 1, False, None, True),
+                            (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1])))
         for reduce, code in reductions.CODES.items():
             for vec in (v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.VECTOR_BYTES):
                 depth = slab.gather_depth(vec, np.dtype(value).itemsize)

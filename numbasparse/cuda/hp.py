@@ -259,6 +259,15 @@ def _store_parts(reduce_code, vec, cf, span, fmt):
     return flush, zero_row
 
 
+def _adding(flush):
+    """``flush`` that never stores: every row, owned or not, combined atomically into C."""
+    @cuda.jit(device=True, inline="always")
+    def adding_flush(C, row, j, acc, count, owned):
+        flush(C, row, j, acc, count, False)
+
+    return adding_flush
+
+
 def _half_packer(vec, reduce_code, to_storage):
     """``pack(acc, at, count)``: the 16-bit bits of ``acc[at:at + vec]`` (divided by ``count``
     for the mean) as a tuple, for one vector store."""
@@ -429,7 +438,8 @@ def _row_walk(width, init, merge, single, flush, zero_row):
 # SpMM kernel --------------------------------------------------------------------------------
 
 @launch.kernel_factory
-def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth, single=False, out_dtype=None):
+def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth, single=False, out_dtype=None,
+                   adds_to_c=False):
     """Compile-once factory of the HP-SpMM kernel.
 
     Thread mapping: a warp is ``32 // lanes`` groups of ``lanes`` lanes; group g owns
@@ -457,6 +467,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     blocks (:func:`_lookback`), and a group zeroes the empty rows whose ``indptr`` lies in its
     nonzeros (the rows it skips, those just before its first row, and, for the last group,
     the rows after the last entry).
+
+    ``adds_to_c`` (sum, filled kernel, float32/float64 C): every row is combined atomically,
+    so the launch adds A B to what C holds (C += A B), with no fill before it.
     """
     groups = WARP // lanes
     cache_size = WARPS_PER_BLOCK * WARP
@@ -475,6 +488,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     merge_rows_size = block_groups if merge else 1
     add_entry, gather_row, accumulate = _accumulate_parts(reduce_code, vec, cf, span, value_dtype)
     flush, zero_row = _store_parts(reduce_code, vec, cf, span, out_dtype or value_dtype)
+    if adds_to_c:
+        flush = _adding(flush)
     finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush)
     leave_partial, next_row = _row_walk(width, init, merge, single, flush, zero_row)
     # float32 sums over 8 columns per lane: capped for occupancy (MAX_REGISTERS); not in the
@@ -631,7 +646,7 @@ def spmm_layout(A, n_cols, itemsize, B, lanes=None):
     return lanes, vec, cf, gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, itemsize, lanes)
 
 
-def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
+def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False):
     """The launch plan of HP-SpMM for A (the layout, DTP and single-launch rules, or the given
     overrides)."""
     fmt = kernel_format(A.dtype)
@@ -654,7 +669,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single):
         single = single_launch(mean_row_nnz, _pattern(A, "crossing_span", block_groups * nnz_per_group),
                                _pattern(A, "empty_rows_per_group", nnz_per_group))
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single),
-                            None if out_fmt == fmt else out_fmt)
+                            None if out_fmt == fmt else out_fmt, accumulate)
     fill_rows = None
     if not single and merges_in_block(code):
         fill_rows = _pattern(A, "rows_to_fill", block_groups * nnz_per_group)
@@ -680,7 +695,8 @@ def _scratch(A, key, plan, n, dtype, stream):
     return handle, parts
 
 
-def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout=None, depth=None, single=None):
+def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout=None, depth=None, single=None,
+            accumulate=False):
     """Launch HP-SpMM on a device :class:`CSR` A and device arrays B, C.  In its single launch
     (:func:`single_launch`, graphs of short rows) the kernel alone writes all of C; otherwise C
     is filled with the reduction's identity first (sum and mean: a memset; max and min: only the
@@ -688,24 +704,34 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     pattern, N, dtype and alignment of B and kept in ``A.cache``.
 
     Overrides of the rules, for tools and tests: ``nnz_per_group`` (DTP), ``lanes`` (group
-    size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode)."""
+    size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode).
+
+    ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
+    fill, every row added atomically): how a product split by columns adds its parts."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
     code = reductions.CODES[reduce]
-    if A.nnz == 0:  # every row empty: 0 for every reduction
-        fill_identity(C, reductions.SUM, stream)
+    if accumulate:
+        if code != reductions.SUM or C.dtype.itemsize < 4 or single:
+            raise ValueError("accumulate takes reduce='sum', a float32 or float64 C and the filled kernel")
+        single = False
+    if A.nnz == 0:  # every row empty: 0 for every reduction (nothing to add)
+        if not accumulate:
+            fill_identity(C, reductions.SUM, stream)
         return
     key = ("spmm_hp", code, n, A.dtype.name, C.dtype.str, launch.alignment(B), launch.alignment(C), nnz_per_group,
-           lanes, layout, depth, single)
+           lanes, layout, depth, single, accumulate)
     plan = A.cache.get_or_build("plans", key, lambda: _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout,
-                                                                 depth, single))
+                                                                 depth, single, accumulate))
     if plan.single:
         handle, parts = _scratch(A, key, plan, n, A.dtype, stream)
         key = key + (handle,)  # the bound launch holds this stream's scratch
     else:
         parts = plan.unused_scratch
-        if not merges_in_block(code):  # sum, mean: a memset
+        if accumulate:
+            pass  # C holds what the product adds to
+        elif not merges_in_block(code):  # sum, mean: a memset
             fill_identity(C, code, stream)
         elif plan.fill_rows is not None:  # max, min: the rows the block merge cannot store alone
             fill_identity(C, code, stream, rows=plan.fill_rows, A=A, key=key + ("fill",))

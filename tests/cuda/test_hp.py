@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import cuda
 
-from numbasparse import CSR
+from numbasparse import CSR, dispatch
 from numbasparse.cuda import device, hp, launch
 from numbasparse.reference import sddmm_reference, spmm_reference
 from strategies import N_COLS, assert_close, graphs, random_dense, spmm_scale
@@ -46,6 +46,35 @@ def test_row_split_across_many_warps(reduce, single):
     C = run_hp(A, B, reduce, nnz_per_group=7, single=single)
     assert np.all(C[[0, 2]] == 0)  # empty rows
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
+
+
+@given(A=graphs(), n=st.sampled_from(N_COLS + (128,)), nnz_per_group=st.sampled_from([1, 7, None]),
+       dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**32 - 1))
+@settings(max_examples=10)
+def test_accumulate_adds_the_product_to_what_c_holds(A, n, nnz_per_group, dtype, seed):
+    """C += A B: empty rows keep their value, whole and split rows alike are added."""
+    rng = np.random.default_rng(seed)
+    B, C0 = random_dense(rng, (A.shape[1], n), dtype), random_dense(rng, (A.shape[0], n), dtype)
+    C = cuda.to_device(C0)
+    dispatch.spmm_add(CSR.from_scipy(A, dtype=dtype), cuda.to_device(B), C)
+    assert_close(C.copy_to_host(), C0 + spmm_reference(A, B, "sum"), dtype,
+                 spmm_scale(A, B, "sum") + np.abs(C0))
+    C = cuda.to_device(C0)
+    hp.spmm_hp(CSR.from_scipy(A, dtype=dtype), cuda.to_device(B), C, "sum", nnz_per_group=nnz_per_group,
+               accumulate=True)
+    assert_close(C.copy_to_host(), C0 + spmm_reference(A, B, "sum"), dtype,
+                 spmm_scale(A, B, "sum") + np.abs(C0))
+
+
+@pytest.mark.parametrize("bad", [dict(reduce="max"), dict(single=True), dict(dtype=np.float16)])
+def test_accumulate_takes_sums_into_a_wide_c_only(bad):
+    A = sp.random(6, 6, density=0.5, format="csr", random_state=0)
+    dtype = bad.get("dtype", np.float32)
+    C = cuda.to_device(np.zeros((6, 8), np.uint16 if dtype == np.float16 else dtype))
+    B = cuda.to_device(np.zeros((6, 8), np.uint16 if dtype == np.float16 else dtype))
+    with pytest.raises(ValueError, match="accumulate"):
+        hp.spmm_hp(CSR.from_scipy(A, dtype=dtype), B, C, bad.get("reduce", "sum"), single=bad.get("single"),
+                   accumulate=True)
 
 
 def test_lane_layout_rules():

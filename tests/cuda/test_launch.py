@@ -259,9 +259,9 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     made = []
     factory = hp.spmm_hp_kernel
 
-    def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None):
+    def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None, adds_to_c=False):
         made.append((depth, single))
-        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt)
+        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt, adds_to_c)
 
     monkeypatch.setattr(hp, "spmm_hp_kernel", recording)
     skipping = []
