@@ -19,8 +19,9 @@ rank's device (:func:`rmat_on_device`; seconds where the host takes minutes at s
 case: the distributed ``spmm`` of each N checked against a float64 product of up to 20k of
 the rank's rows and ``sddmm`` (X with itself) on 100k sampled entries, then timed (median of 20, slowest rank):
 the halo exchange, the local kernel, the whole call (``nsd.spmm``: the product pipelined with the
-exchange) and, for SpMM, the product after the whole exchange (``unpipelined_ms``, the call before
-the pipeline); and a 2-layer GCN training step
+exchange, split by :func:`numbasparse.distributed.pipeline_split`) and, for SpMM at P > 1, the call
+with each split forced (``split_ms``; "off" is ``unpipelined_ms``: the product after the whole
+exchange); and a 2-layer GCN training step
 (features, hidden, classes from ``--gcn``: forward, backward, gradient all-reduce).  Speed-up
 and efficiency are against the smallest P of ``--ranks`` (1 by default) of the same graph and
 partition.  Each row is appended to ``--out`` as it is measured; cases that would start after
@@ -111,6 +112,23 @@ def _median_max(values, group, device):
     t = torch.tensor([float(np.median(values))], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return t.item()
+
+
+def _profile(fn, title, path, calls=5):
+    """torch.profiler's table of ``calls`` calls of ``fn`` (this rank's host and GPU time per op)
+    appended to ``path``: where a call's time goes."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    with open(path, "a") as f:
+        f.write(f"\n## {title} ({calls} calls)\n")
+        f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
 
 
 def _scaling_rank(rank, world, port, args, start):
@@ -237,10 +255,19 @@ def _scaling_rank(rank, world, port, args, start):
             ex = _median_max(times(exchange, group), group, device)
             loc = _median_max(times(local, group), group, device)
             call = _median_max(times(lambda: nsd.spmm(dg, X), group), group, device)
-            # the product after the whole exchange, as before the pipeline
-            serial = _median_max(times(lambda: nst.spmm(dg.graph, nsd.halo_exchange(dg, X)), group), group, device)
+            split_ms = {}
+            if P > 1:  # each split of the exchange ("off": the product after the whole exchange)
+                for split in ("off", "halo", "sources"):
+                    dg.pipeline = split
+                    split_ms[split] = _median_max(times(lambda: nsd.spmm(dg, X), group), group, device) * 1e3
+                    if args.profile and rank == 0:
+                        _profile(lambda: nsd.spmm(dg, X), f"{info['graph']} {method} P={P} N={n} {split}",
+                                 args.profile)
+                dg.pipeline = None
+            rule = nsd.pipeline_split(P, info["max_halo_rows"] * n * 4) if P > 1 else "off"
             emit(dict(info, op="spmm", n=n, ms=call * 1e3, exchange_ms=ex * 1e3, local_ms=loc * 1e3,
-                      unpipelined_ms=serial * 1e3, exchange_mb=info["max_halo_rows"] * n * 4 / 2**20, error=error))
+                      unpipelined_ms=split_ms.get("off", call * 1e3), split_ms=split_ms, rule=rule,
+                      exchange_mb=info["max_halo_rows"] * n * 4 / 2**20, error=error))
             loc = _median_max(times(lambda: nst.sddmm(dg.graph, X, state["ext"]), group), group, device)
             call = _median_max(times(lambda: nsd.sddmm(dg, X, X), group), group, device)
             emit(dict(info, op="sddmm", n=n, ms=call * 1e3, exchange_ms=ex * 1e3, local_ms=loc * 1e3,
@@ -354,6 +381,7 @@ def main():
     c.add_argument("--louvain-max-nnz", type=int, default=10_000_000)
     c.add_argument("--deadline", type=float, default=1e9, help="seconds after which no new case starts")
     c.add_argument("--out")
+    c.add_argument("--profile", help="append torch.profiler tables of rank 0's SpMM calls, each split, to this file")
     args = parser.parse_args()
     {"volumes": volumes, "scaling": scaling}[args.command](args)
 

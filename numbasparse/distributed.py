@@ -126,6 +126,8 @@ class DistGraph:
     exchanges: False where no rank of the group has a halo (then no exchange ever runs).
     values: the local entries' values (a tensor, in ``graph``'s entry order);
     ``edges()``: their global (row, column) ids.
+    pipeline: how :func:`spmm` overlaps the exchange with the products: None (the rule,
+    :func:`pipeline_split`), "sources", "halo" or "off"; set it alike on every rank.
     """
 
     def __init__(self, A, *, partition=None, method="contiguous", group=None, device="cpu", dtype=torch.float32):
@@ -159,13 +161,17 @@ class DistGraph:
         self._send_index = torch.as_tensor(send_local, dtype=torch.int64, device=self.device)
         self._send_offsets = np.concatenate([[0], np.cumsum(self._send_counts)]).astype(np.int64)
         self._recv_offsets = np.concatenate([[0], np.cumsum(self._recv_counts)]).astype(np.int64)
-        self._blocks = None  # (source rank, column block, its entries) for spmm: built on first use
-        self._block_values = (None, None, None)
+        self._blocks = {}  # spmm's column blocks, built on first use (_column_blocks)
+        self._block_values = (None, None, None, None)
+        self.pipeline = None  # spmm's split of the halo: None (the rule), "sources", "halo" or "off"
         # Where no rank has a halo (one rank, or disconnected parts) the exchange is skipped on
         # every rank: appending an empty halo would copy X on each call for nothing.
         rows = torch.tensor([float(self._recv_counts.sum())], device=self._comm_device)
+        largest = rows.clone()
         dist.all_reduce(rows, group=self.group)
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=self.group)
         self.exchanges = bool(rows.item() > 0)
+        self._max_halo = int(largest.item())  # (the same on every rank: spmm's pipeline rule reads it)
 
     def _prepare(self, A, partition, method, dtype):
         """This rank's part, computed locally: the checks, the partition, its rows with columns
@@ -247,72 +253,73 @@ class DistGraph:
 
     # -- column blocks (spmm's pipeline) ----------------------------------------------------------
 
-    def _column_blocks(self, dtype):
-        """[(source rank, block, entries)]: this rank's rows of A split by the owner of their
-        columns, the owned columns first, then one block per other rank, in the order
-        :meth:`_post_halo` receives their rows.  ``block``: the pattern over that source's
-        columns, a device :class:`CSR` of ones of ``dtype`` (a scipy CSR on CPU ranks);
-        ``entries``: its entries' positions in ``graph``'s entry order (to take their values).
-        Built on first use, once per dtype."""
-        if self._blocks is None:
+    def _column_blocks(self, dtype, per_source):
+        """[(begin, end, block, entries)]: this rank's rows of A split by their columns, the owned
+        columns first, then the halo's rows [begin, end) as one block (``per_source`` False) or
+        one block per other rank, in the order :meth:`_post_halo` receives their rows.
+        ``block``: the pattern over those columns, a device :class:`CSR` of ones of ``dtype``
+        (a scipy CSR on CPU ranks); ``entries``: its entries' positions in ``graph``'s entry
+        order (to take their values).  Built on first use."""
+        key = (dtype, per_source)
+        if key not in self._blocks:
             pattern = self.graph.pattern()
             rows = np.repeat(np.arange(self.n_owned), np.diff(pattern.indptr))
             cols = pattern.indices
             index = np.int32 if max(self.n_owned + self.n_halo, self.graph.nnz) < 2**31 else np.int64
-            self._blocks = {}
-            parts = []
-            for source in [self.rank] + [(self.rank - k) % self.world for k in range(1, self.world)]:
-                lo, hi = ((0, self.n_owned) if source == self.rank else
-                          (self.n_owned + self._recv_offsets[source], self.n_owned + self._recv_offsets[source + 1]))
+            if per_source:
+                sources = [(self.rank - k) % self.world for k in range(1, self.world)]
+                ranges = [(self._recv_offsets[r], self._recv_offsets[r + 1]) for r in sources]
+            else:
+                ranges = [(0, self.n_halo)]
+            blocks = []
+            for begin, end in [(-self.n_owned, 0)] + ranges:  # (the owned columns, numbered before the halo)
+                lo, hi = self.n_owned + begin, self.n_owned + end
                 entries = np.flatnonzero((cols >= lo) & (cols < hi))
                 indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[entries], minlength=self.n_owned))])
-                parts.append((source, indptr.astype(index), (cols[entries] - lo).astype(index), (self.n_owned, int(hi - lo)),
-                              torch.as_tensor(entries, device=self.device)))
-            self._block_parts = parts
-        if dtype not in self._blocks:
-            blocks = []
-            for source, indptr, indices, shape, entries in self._block_parts:
+                indptr, indices, shape = indptr.astype(index), (cols[entries] - lo).astype(index), (self.n_owned, hi - lo)
                 if self.device.type == "cuda":
                     block = CSR._from_device(torch.as_tensor(indptr, device=self.device),
                                              torch.as_tensor(indices, device=self.device),
                                              torch.ones(len(indices), dtype=dtype, device=self.device), shape)
                 else:
                     block = sp.csr_matrix((np.ones(len(indices)), indices, indptr), shape=shape)
-                blocks.append((source, block, entries))
-            self._blocks[dtype] = blocks
-        return self._blocks[dtype]
+                blocks.append((begin, end, block, torch.as_tensor(entries, device=self.device)))
+            self._blocks[key] = blocks
+        return self._blocks[key]
 
-    def _with_values(self, values):
-        """[(source rank, matrix)]: each column block with its entries' ``values``, kept while
+    def _with_values(self, values, per_source):
+        """[(begin, end, matrix)]: each column block with its entries' ``values``, kept while
         ``values`` is unchanged (the default values are gathered once, not per call)."""
-        held, version = self._block_values[:2]
-        if held is not values or version != values._version:  # (held: its memory is not reused meanwhile)
+        held, version, split, matrices = self._block_values
+        if held is not values or version != values._version or split != per_source:  # (held: its memory stays)
             matrices = []
-            for source, block, entries in self._column_blocks(values.dtype):
+            for begin, end, block, entries in self._column_blocks(values.dtype, per_source):
                 taken = values.detach()[entries]
                 if isinstance(block, CSR):
                     matrix = block.with_values(taken)
                 else:
                     matrix = sp.csr_matrix((taken.numpy(), block.indices, block.indptr), shape=block.shape)
-                matrices.append((source, matrix))
-            self._block_values = (values, values._version, matrices)
-        return self._block_values[2]
+                matrices.append((begin, end, matrix))
+            self._block_values = (values, values._version, per_source, matrices)
+        return matrices
 
-    def _post_halo(self, X, halo):
+    def _post_halo(self, X, halo, per_source):
         """Start the exchange of ``halo`` (this rank's halo rows, received by source in ``halo``'s
-        rows) and of the rows of ``X`` other ranks need, one source at a time: in round k this
-        rank sends to rank + k and receives from rank - k.  Returns each round's requests."""
+        rows) and of the rows of ``X`` other ranks need: all at once (one batch of sends and
+        receives), or one source at a time (``per_source``: in round k this rank sends to rank + k
+        and receives from rank - k).  Returns the rows sent and each round's requests."""
         send = X[self._send_index].to(self._comm_device)
+        pairs = [((self.rank + k) % self.world, (self.rank - k) % self.world) for k in range(1, self.world)]
         rounds = []
-        for k in range(1, self.world):
-            to, source = (self.rank + k) % self.world, (self.rank - k) % self.world
+        for pair in ([[p] for p in pairs] if per_source else [pairs]):
             ops = []
-            if self._send_counts[to]:
-                ops.append(dist.P2POp(dist.isend, send[self._send_offsets[to]:self._send_offsets[to + 1]],
-                                      self._global(to), self.group))
-            if self._recv_counts[source]:
-                ops.append(dist.P2POp(dist.irecv, halo[self._recv_offsets[source]:self._recv_offsets[source + 1]],
-                                      self._global(source), self.group))
+            for to, source in pair:
+                if self._send_counts[to]:
+                    ops.append(dist.P2POp(dist.isend, send[self._send_offsets[to]:self._send_offsets[to + 1]],
+                                          self._global(to), self.group))
+                if self._recv_counts[source]:
+                    ops.append(dist.P2POp(dist.irecv, halo[self._recv_offsets[source]:self._recv_offsets[source + 1]],
+                                          self._global(source), self.group))
             rounds.append(dist.batch_isend_irecv(ops) if ops else [])
         return send, rounds
 
@@ -391,18 +398,16 @@ class _PipelinedSpmm(torch.autograd.Function):
     Backward as the unpipelined product's: A^T dC, the halo's part sent back to its owners."""
 
     @staticmethod
-    def forward(ctx, values, X, dg):
-        blocks = dg._with_values(values)
+    def forward(ctx, values, X, dg, per_source):
         halo = X.new_empty((dg.n_halo, X.shape[1]))
         # (gloo ranks with CUDA features exchange through host buffers)
         arrived = halo if dg._comm_device == X.device else torch.empty_like(halo, device=dg._comm_device)
-        send, rounds = dg._post_halo(X, arrived)
-        (_, owned), *received = blocks
+        send, rounds = dg._post_halo(X, arrived, per_source)
+        (_, _, owned), *received = dg._with_values(values, per_source)
         C = api.spmm(owned, X.detach())
-        for (source, block), requests in zip(received, rounds):
+        for (begin, end, block), requests in zip(received, rounds):
             for request in requests:
                 request.wait()  # (NCCL: the current stream waits; the host goes on)
-            begin, end = dg._recv_offsets[source], dg._recv_offsets[source + 1]
             if arrived is not halo:
                 halo[begin:end] = arrived[begin:end]
             if block.nnz:
@@ -423,7 +428,7 @@ class _PipelinedSpmm(torch.autograd.Function):
             dvalues = nst._run("sddmm", torch.ones_like(values), dC, torch.cat(operands), dg.graph.key)
         if ctx.needs_input_grad[1]:
             dX = _owned_grad(dg, nst._run("spmm", values.detach(), dC, dg.graph.key, True))
-        return dvalues, dX, None
+        return dvalues, dX, None, None
 
 
 def _add_product(C, block, H):
@@ -454,11 +459,33 @@ def spmm(dg, X, values=None, *, reduce="sum"):
     reductions, 16-bit features (autocast included) and ``torch.compile`` exchange the whole halo
     first (:func:`halo_exchange`), then multiply."""
     dg._check_rows(X, "X")
+    if dg.pipeline not in PIPELINES:
+        raise ValueError(f"DistGraph.pipeline must be one of {PIPELINES}, got {dg.pipeline!r}")
     if reduce == "sum" and dg.exchanges and X.dim() == 2 and not torch.compiler.is_compiling():
         B, v = nst._autocast(X, dg.values if values is None else values)
-        if B.dtype in (torch.float32, torch.float64):
-            return _PipelinedSpmm.apply(nst._values(dg.graph, v, B), B.contiguous(), dg)
+        split = dg.pipeline or pipeline_split(dg.world, dg._max_halo * B.shape[1] * B.element_size())
+        if B.dtype in (torch.float32, torch.float64) and split != "off":
+            return _PipelinedSpmm.apply(nst._values(dg.graph, v, B), B.contiguous(), dg, split == "sources")
     return nst.spmm(dg.graph, halo_exchange(dg, X), values, reduce=reduce)
+
+
+PIPELINES = (None, "sources", "halo", "off")
+#: Bytes of the largest halo from which :func:`spmm` pipelines the exchange with the products.
+PIPELINE_MIN_BYTES = 32 << 20
+#: Bytes per source (the largest halo over P - 1) from which it receives one source at a time.
+PER_SOURCE_MIN_BYTES = 128 << 20
+
+
+def pipeline_split(world, halo_bytes):
+    """How :func:`spmm` (sum) splits the exchange for ``world`` ranks whose largest halo is
+    ``halo_bytes``: "off" (the whole halo, then one product), "halo" (the owned columns'
+    product while the whole halo arrives, then the halo's) or "sources" (each source's block
+    added as its rows arrive).  Each split adds fixed costs (a batch of sends and receives, a
+    kernel, atomic adds into C) that only a long enough transfer hides.  The same on every
+    rank (it depends only on agreed sizes), so the ranks' sends and receives match."""
+    if halo_bytes < PIPELINE_MIN_BYTES:
+        return "off"
+    return "sources" if world > 2 and halo_bytes / (world - 1) >= PER_SOURCE_MIN_BYTES else "halo"
 
 
 def sddmm(dg, X, Y, values=None):

@@ -112,28 +112,40 @@ def _check_pipelined_sum_matches_exchange_then_multiply(rank, world):
     A = graphs.powerlaw(1500, seed=3)
     dg = nsd.DistGraph(A, dtype=torch.float64)
     rng = np.random.default_rng(rank)
-    x = torch.tensor(rng.standard_normal((dg.n_owned, 7)), requires_grad=True)
-    values = torch.tensor(rng.standard_normal(dg.graph.nnz), requires_grad=True)
-    got = nsd.spmm(dg, x, values)
-    assert dg._blocks is not None  # the column blocks' pipeline ran
-    blocks = dg._blocks[torch.float64]
-    assert sum(block.nnz for _, block, _ in blocks) == dg.graph.nnz and blocks[0][0] == rank
-    x2, values2 = x.detach().clone().requires_grad_(), values.detach().clone().requires_grad_()
+    x0, v0 = rng.standard_normal((dg.n_owned, 7)), rng.standard_normal(dg.graph.nnz)
+    weights = torch.tensor(rng.standard_normal((dg.n_owned, 7)))
+    x2, values2 = torch.tensor(x0, requires_grad=True), torch.tensor(v0, requires_grad=True)
     expected = nst.spmm(dg.graph, nsd.halo_exchange(dg, x2), values2)
-    _close(got, expected.detach().numpy())
-    weights = torch.tensor(rng.standard_normal(got.shape))
-    (got * weights).sum().backward()
     (expected * weights).sum().backward()
-    _close(x.grad, x2.grad.numpy())
-    _close(values.grad, values2.grad.numpy())
-    with torch.no_grad():  # values changed in place: the blocks take the new values
-        values.mul_(-2.0)
-    _close(nsd.spmm(dg, x, values), -2.0 * expected.detach().numpy())
+    for split in ("sources", "halo"):
+        dg.pipeline = split
+        x, values = torch.tensor(x0, requires_grad=True), torch.tensor(v0, requires_grad=True)
+        got = nsd.spmm(dg, x, values)
+        blocks = dg._blocks[(torch.float64, split == "sources")]  # this split's column blocks ran
+        assert len(blocks) == (world if split == "sources" else 2)
+        assert sum(block.nnz for _, _, block, _ in blocks) == dg.graph.nnz
+        _close(got, expected.detach().numpy())
+        (got * weights).sum().backward()
+        _close(x.grad, x2.grad.numpy())
+        _close(values.grad, values2.grad.numpy())
+        with torch.no_grad():  # values changed in place: the blocks take the new values
+            values.mul_(-2.0)
+        _close(nsd.spmm(dg, x, values), -2.0 * expected.detach().numpy())
+    dg.pipeline = "always"
+    with pytest.raises(ValueError, match="pipeline"):
+        nsd.spmm(dg, x)
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_pipelined_sum_matches_exchange_then_multiply(world):
     _spawn(world, _check_pipelined_sum_matches_exchange_then_multiply)
+
+
+def test_pipeline_split_needs_a_halo_long_enough_to_hide_its_fixed_costs():
+    assert nsd.pipeline_split(4, nsd.PIPELINE_MIN_BYTES - 1) == "off"
+    assert nsd.pipeline_split(4, nsd.PIPELINE_MIN_BYTES) == "halo"
+    assert nsd.pipeline_split(4, 3 * nsd.PER_SOURCE_MIN_BYTES) == "sources"
+    assert nsd.pipeline_split(2, 10 * nsd.PER_SOURCE_MIN_BYTES) == "halo"  # one source: one batch
 
 
 def _check_mismatch_is_refused(rank, world):
@@ -200,6 +212,10 @@ def _check_on_the_gpu(rank, world):
     x, y = (dg.local(torch.tensor(M, dtype=torch.float32, device=device)) for M in (X, Y))
     for reduce in ("sum", "mean", "max", "min"):
         _close(nsd.spmm(dg, x, reduce=reduce), ns.spmm(A, X, reduce=reduce)[dg.nodes], 1e-5)
+    for split in ("halo", "sources", None):  # (the rule keeps so small a halo unpipelined)
+        dg.pipeline = split
+        _close(nsd.spmm(dg, x), ns.spmm(A, X)[dg.nodes], 1e-5)
+    dg.pipeline = "sources"  # and the training step below through it
     rows, cols = dg.edges()
     _close(nsd.sddmm(dg, x, y), np.asarray(ns.sddmm(A, X, Y)[rows, cols]).ravel(), 1e-5)
     W0 = rng.standard_normal((40, 8))
