@@ -114,18 +114,20 @@ def _median_max(values, group, device):
     return t.item()
 
 
-def _profile(fn, title, path, calls=5):
+def _profile(fn, title, path, sync, calls=5):
     """torch.profiler's table of ``calls`` calls of ``fn`` (this rank's host and GPU time per op)
-    appended to ``path``: where a call's time goes."""
+    appended to ``path`` (None: profiled, not written; the other ranks of a collective call)."""
     import torch
 
     fn()
-    torch.cuda.synchronize()
+    sync()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize()
+        sync()
+    if path is None:
+        return
     with open(path, "a") as f:
         f.write(f"\n## {title} ({calls} calls)\n")
         f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
@@ -260,9 +262,9 @@ def _scaling_rank(rank, world, port, args, start):
                 for split in ("off", "halo", "sources"):
                     dg.pipeline = split
                     split_ms[split] = _median_max(times(lambda: nsd.spmm(dg, X), group), group, device) * 1e3
-                    if args.profile and rank == 0:
+                    if args.profile:  # (every rank of the group calls: the exchange needs them all)
                         _profile(lambda: nsd.spmm(dg, X), f"{info['graph']} {method} P={P} N={n} {split}",
-                                 args.profile)
+                                 args.profile if rank == 0 else None, sync)
                 dg.pipeline = None
             rule = nsd.pipeline_split(P, info["max_halo_rows"] * n * 4) if P > 1 else "off"
             emit(dict(info, op="spmm", n=n, ms=call * 1e3, exchange_ms=ex * 1e3, local_ms=loc * 1e3,
