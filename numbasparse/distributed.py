@@ -8,9 +8,10 @@ rank's *halo*) belong to other ranks.  A :class:`DistGraph` holds a rank's rows 
 columns renumbered as [owned nodes, then halo nodes grouped by owner] and the exchange plan: which
 of its owned rows each other rank needs, agreed once with ``all_to_all`` when it is built.
 :func:`halo_exchange` then sends only those rows (one ``all_to_all_single``); its backward sends
-the halo's gradients back to their owners, which add them.  :func:`spmm` (sum) does not wait for
-the halo: it multiplies the owned columns while the halo's rows arrive, one source rank after
-another, and adds each source's column block as soon as its rows are in.  The local products are
+the halo's gradients back to their owners, which add them.  Where the halo is large enough to pay
+for it (:func:`pipeline_split`), :func:`spmm` (sum) does not wait for the halo: it multiplies the
+owned columns while the halo's rows arrive (in one batch, or one source rank after another) and
+adds their column blocks as they come in.  The local products are
 :mod:`numbasparse.torch`'s, so they differentiate in the features and the edge values, on the CPU
 backend (gloo ranks, CPU tensors) or on the GPU kernels (NCCL ranks, one GPU each).
 
@@ -21,6 +22,7 @@ hang.  (The operations check their operands' shapes on each rank: a rank that ra
 the others waiting in the exchange, as any collective does, until torch.distributed's timeout.)  Parameters stay replicated: average or
 sum their gradients as usual (``DistributedDataParallel`` or ``all_reduce``).
 """
+import contextlib
 import hashlib
 import heapq
 from dataclasses import dataclass
@@ -161,12 +163,12 @@ class DistGraph:
         self._send_index = torch.as_tensor(send_local, dtype=torch.int64, device=self.device)
         self._send_offsets = np.concatenate([[0], np.cumsum(self._send_counts)]).astype(np.int64)
         self._recv_offsets = np.concatenate([[0], np.cumsum(self._recv_counts)]).astype(np.int64)
-        self._blocks = {}  # spmm's column blocks, built on first use (_column_blocks)
-        self._block_values = (None, None, None, None)
+        self._blocks, self._block_csrs = (None, None), {}  # spmm's column blocks of one split, built on first use
+        self._default_blocks = (None, None, None)  # ... with dg.values, kept while they are unchanged
         self.pipeline = None  # spmm's split of the halo: None (the rule), "sources", "halo" or "off"
         # Where no rank has a halo (one rank, or disconnected parts) the exchange is skipped on
         # every rank: appending an empty halo would copy X on each call for nothing.
-        rows = torch.tensor([float(self._recv_counts.sum())], device=self._comm_device)
+        rows = torch.tensor([int(self._recv_counts.sum())], dtype=torch.int64, device=self._comm_device)
         largest = rows.clone()
         dist.all_reduce(rows, group=self.group)
         dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=self.group)
@@ -253,15 +255,15 @@ class DistGraph:
 
     # -- column blocks (spmm's pipeline) ----------------------------------------------------------
 
-    def _column_blocks(self, dtype, per_source):
-        """[(begin, end, block, entries)]: this rank's rows of A split by their columns, the owned
-        columns first, then the halo's rows [begin, end) as one block (``per_source`` False) or
-        one block per other rank, in the order :meth:`_post_halo` receives their rows.
-        ``block``: the pattern over those columns, a device :class:`CSR` of ones of ``dtype``
-        (a scipy CSR on CPU ranks); ``entries``: its entries' positions in ``graph``'s entry
-        order (to take their values).  Built on first use."""
-        key = (dtype, per_source)
-        if key not in self._blocks:
+    def _column_blocks(self, per_source):
+        """[(begin, end, indptr, indices, entries)]: this rank's rows of A split by their columns,
+        the owned columns first, then the halo's rows [begin, end) as one block (``per_source``
+        False) or one block per other rank, in the order :meth:`_post_halo` receives their rows;
+        each block's pattern over those columns (arrays on the rank's device, host arrays on CPU
+        ranks) and its entries' positions in ``graph``'s entry order (to take their values).
+        Built on first use; one split kept at a time (they take ~12 bytes per entry)."""
+        if self._blocks[0] != per_source:
+            self._blocks, self._block_csrs = (None, None), {}  # (the other split's memory first)
             pattern = self.graph.pattern()
             rows = np.repeat(np.arange(self.n_owned), np.diff(pattern.indptr))
             cols = pattern.indices
@@ -274,33 +276,37 @@ class DistGraph:
             blocks = []
             for begin, end in [(-self.n_owned, 0)] + ranges:  # (the owned columns, numbered before the halo)
                 lo, hi = self.n_owned + begin, self.n_owned + end
-                entries = np.flatnonzero((cols >= lo) & (cols < hi))
+                entries = np.flatnonzero((cols >= lo) & (cols < hi)).astype(index)
                 indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[entries], minlength=self.n_owned))])
-                indptr, indices, shape = indptr.astype(index), (cols[entries] - lo).astype(index), (self.n_owned, hi - lo)
+                arrays = (indptr.astype(index), (cols[entries] - lo).astype(index), entries)
                 if self.device.type == "cuda":
-                    block = CSR._from_device(torch.as_tensor(indptr, device=self.device),
-                                             torch.as_tensor(indices, device=self.device),
-                                             torch.ones(len(indices), dtype=dtype, device=self.device), shape)
-                else:
-                    block = sp.csr_matrix((np.ones(len(indices)), indices, indptr), shape=shape)
-                blocks.append((begin, end, block, torch.as_tensor(entries, device=self.device)))
-            self._blocks[key] = blocks
-        return self._blocks[key]
+                    arrays = tuple(torch.as_tensor(a, device=self.device) for a in arrays)
+                blocks.append((begin, end, *arrays))
+            self._blocks = (per_source, blocks)
+        return self._blocks[1]
 
     def _with_values(self, values, per_source):
-        """[(begin, end, matrix)]: each column block with its entries' ``values``, kept while
-        ``values`` is unchanged (the default values are gathered once, not per call)."""
-        held, version, split, matrices = self._block_values
-        if held is not values or version != values._version or split != per_source:  # (held: its memory stays)
-            matrices = []
-            for begin, end, block, entries in self._column_blocks(values.dtype, per_source):
-                taken = values.detach()[entries]
-                if isinstance(block, CSR):
-                    matrix = block.with_values(taken)
-                else:
-                    matrix = sp.csr_matrix((taken.numpy(), block.indices, block.indptr), shape=block.shape)
-                matrices.append((begin, end, matrix))
-            self._block_values = (values, values._version, per_source, matrices)
+        """[(begin, end, matrix)]: each column block with its entries' ``values``: a device
+        :class:`CSR` (a scipy CSR on CPU ranks).  The values are gathered per call, except
+        ``dg.values`` itself, gathered again only when torch records a change to it (an in-place
+        op; not a write through ``.data`` or another framework)."""
+        default = values is self.values and not values.is_inference()
+        stamp = (per_source, values.data_ptr(), values._version) if default else None
+        if default and self._default_blocks[0] == stamp:
+            return self._default_blocks[1]
+        matrices = []
+        for number, (begin, end, indptr, indices, entries) in enumerate(self._column_blocks(per_source)):
+            taken = values.detach()[entries]
+            shape = (self.n_owned, end - begin)
+            if self.device.type == "cuda":  # one device CSR per block and dtype (plans kept), new values
+                key = (per_source, number, taken.dtype)
+                if key not in self._block_csrs:
+                    self._block_csrs[key] = CSR._from_device(indptr, indices, taken, shape)
+                matrix = self._block_csrs[key].with_values(taken)
+            else:
+                matrix = sp.csr_matrix((taken.numpy(), indices, indptr), shape=shape)
+            matrices.append((begin, end, matrix))
+        self._default_blocks = (stamp, matrices, None) if default else self._default_blocks
         return matrices
 
     def _post_halo(self, X, halo, per_source):
@@ -392,27 +398,37 @@ def _owned_grad(dg, grad):
 
 
 class _PipelinedSpmm(torch.autograd.Function):
-    """C = A [X; halo] with the exchange hidden behind the products: the halo's rows are
-    received one source rank at a time while the owned columns' product runs, and each source's
-    column block is added into C (HP-SpMM accumulating atomically) once its rows are in.
-    Backward as the unpipelined product's: A^T dC, the halo's part sent back to its owners."""
+    """C = A [X; halo] with the exchange hidden behind the products: the owned columns' product
+    runs while the halo's rows arrive (one batch, or one source rank at a time:
+    ``per_source``), and each halo block is added into C (HP-SpMM accumulating atomically)
+    once its rows are in.  Backward as the unpipelined product's: A^T dC, the halo's part sent
+    back to its owners."""
 
     @staticmethod
     def forward(ctx, values, X, dg, per_source):
+        # everything that can fail on this rank before any send or receive is posted
+        (_, _, owned), *received = dg._with_values(values, per_source)
         halo = X.new_empty((dg.n_halo, X.shape[1]))
         # (gloo ranks with CUDA features exchange through host buffers)
         arrived = halo if dg._comm_device == X.device else torch.empty_like(halo, device=dg._comm_device)
-        send, rounds = dg._post_halo(X, arrived, per_source)
-        (_, _, owned), *received = dg._with_values(values, per_source)
-        C = api.spmm(owned, X.detach())
-        for (begin, end, block), requests in zip(received, rounds):
-            for request in requests:
-                request.wait()  # (NCCL: the current stream waits; the host goes on)
-            if arrived is not halo:
-                halo[begin:end] = arrived[begin:end]
-            if block.nnz:
-                _add_product(C, block, halo[begin:end])
-        del send  # (in use until the last round's requests are waited on)
+        with torch.cuda.device(X.device) if X.is_cuda else contextlib.nullcontext():  # (NCCL's P2P: this GPU)
+            send, rounds = dg._post_halo(X, arrived, per_source)
+        waited = 0
+        try:
+            C = api.spmm(owned, X.detach())
+            for (begin, end, block), requests in zip(received, rounds):
+                for request in requests:
+                    request.wait()  # (NCCL: the current stream waits; the host goes on)
+                waited += 1
+                if arrived is not halo:
+                    halo[begin:end] = arrived[begin:end]
+                if block.nnz:
+                    _add_product(C, block, halo[begin:end])
+        finally:  # an error here: the posted requests still complete, so the next collective cannot hang
+            for requests in rounds[waited:]:
+                for request in requests:
+                    request.wait()
+            del send  # (in use until the last round's requests are waited on)
         ctx.dg = dg
         ctx.save_for_backward(values, *((X, halo) if ctx.needs_input_grad[0] else ()))
         return C
@@ -454,17 +470,19 @@ def spmm(dg, X, values=None, *, reduce="sum"):
     :func:`numbasparse.torch.spmm`), from this rank's rows ``X`` of the features; differentiable
     in X and in ``values`` (default ``dg.values``).
 
-    A sum of float32 or float64 features (N, 2-D) is pipelined: the owned columns are multiplied
-    while the halo arrives, each source rank's block added when its rows are in.  Other
-    reductions, 16-bit features (autocast included) and ``torch.compile`` exchange the whole halo
-    first (:func:`halo_exchange`), then multiply."""
+    A sum of float32 or float64 features (2-D) whose halo is large enough
+    (:func:`pipeline_split`, or ``dg.pipeline``) is pipelined: the owned columns are multiplied
+    while the halo arrives, the halo's blocks added as their rows come in.  Other reductions,
+    16-bit features (autocast included), smaller halos, tensor subclasses and
+    ``torch.compile`` exchange the whole halo first (:func:`halo_exchange`), then multiply."""
     dg._check_rows(X, "X")
     if dg.pipeline not in PIPELINES:
         raise ValueError(f"DistGraph.pipeline must be one of {PIPELINES}, got {dg.pipeline!r}")
     if reduce == "sum" and dg.exchanges and X.dim() == 2 and not torch.compiler.is_compiling():
         B, v = nst._autocast(X, dg.values if values is None else values)
         split = dg.pipeline or pipeline_split(dg.world, dg._max_halo * B.shape[1] * B.element_size())
-        if B.dtype in (torch.float32, torch.float64) and split != "off":
+        plain = type(B) in nst._PLAIN and type(v) in nst._PLAIN
+        if B.dtype in (torch.float32, torch.float64) and split != "off" and plain:
             return _PipelinedSpmm.apply(nst._values(dg.graph, v, B), B.contiguous(), dg, split == "sources")
     return nst.spmm(dg.graph, halo_exchange(dg, X), values, reduce=reduce)
 

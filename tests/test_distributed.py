@@ -121,9 +121,9 @@ def _check_pipelined_sum_matches_exchange_then_multiply(rank, world):
         dg.pipeline = split
         x, values = torch.tensor(x0, requires_grad=True), torch.tensor(v0, requires_grad=True)
         got = nsd.spmm(dg, x, values)
-        blocks = dg._blocks[(torch.float64, split == "sources")]  # this split's column blocks ran
-        assert len(blocks) == (world if split == "sources" else 2)
-        assert sum(block.nnz for _, _, block, _ in blocks) == dg.graph.nnz
+        per_source, blocks = dg._blocks  # this split's column blocks ran
+        assert per_source == (split == "sources") and len(blocks) == (world if split == "sources" else 2)
+        assert sum(len(entries) for *_, entries in blocks) == dg.graph.nnz
         _close(got, expected.detach().numpy())
         (got * weights).sum().backward()
         _close(x.grad, x2.grad.numpy())
@@ -134,6 +134,32 @@ def _check_pipelined_sum_matches_exchange_then_multiply(rank, world):
     dg.pipeline = "always"
     with pytest.raises(ValueError, match="pipeline"):
         nsd.spmm(dg, x)
+
+    dg.pipeline = "sources"  # the default values, changed by torch ops, in inference mode, ...
+    X = torch.tensor(x0)
+    default = nst.spmm(dg.graph, nsd.halo_exchange(dg, X)).numpy()
+    _close(nsd.spmm(dg, X), default)
+    with torch.no_grad():
+        dg.values.mul_(3.0)
+    _close(nsd.spmm(dg, X), 3.0 * default)
+    with torch.inference_mode():
+        _close(nsd.spmm(dg, X, dg.values * 2.0), 6.0 * default)
+    mine = torch.tensor(v0)
+    first = nsd.spmm(dg, X, mine)
+    mine.data.mul_(-1.0)  # (a write torch does not count: values other than dg.values are read per call)
+    _close(nsd.spmm(dg, X, mine), -first.numpy())
+
+    # an error on one rank after its sends and receives were posted: raised there, nothing hangs
+    if rank == 1:
+        original = nsd._add_product
+        nsd._add_product = lambda *args: (_ for _ in ()).throw(RuntimeError("planted"))
+        with pytest.raises(RuntimeError, match="planted"):
+            nsd.spmm(dg, X)
+        nsd._add_product = original
+    else:
+        nsd.spmm(dg, X)
+    dist.barrier()
+    _close(nsd.spmm(dg, X), 3.0 * default)
 
 
 @pytest.mark.parametrize("world", [2, 3])

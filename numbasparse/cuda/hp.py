@@ -488,7 +488,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     merge_rows_size = block_groups if merge else 1
     add_entry, gather_row, accumulate = _accumulate_parts(reduce_code, vec, cf, span, value_dtype)
     flush, zero_row = _store_parts(reduce_code, vec, cf, span, out_dtype or value_dtype)
-    if adds_to_c:
+    if adds_to_c:  # (a store anywhere else, a 16-bit C or the single launch's merges would not add)
+        assert reduce_code == reductions.SUM and not single and not is_half_format(out_dtype or value_dtype)
         flush = _adding(flush)
     finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush)
     leave_partial, next_row = _row_walk(width, init, merge, single, flush, zero_row)
@@ -708,14 +709,14 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
 
     ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
     fill, every row added atomically): how a product split by columns adds its parts."""
-    m, n = C.shape
-    if m == 0 or n == 0:
-        return
     code = reductions.CODES[reduce]
     if accumulate:
         if code != reductions.SUM or C.dtype.itemsize < 4 or single:
             raise ValueError("accumulate takes reduce='sum', a float32 or float64 C and the filled kernel")
         single = False
+    m, n = C.shape
+    if m == 0 or n == 0:
+        return
     if A.nnz == 0:  # every row empty: 0 for every reduction (nothing to add)
         if not accumulate:
             fill_identity(C, reductions.SUM, stream)
