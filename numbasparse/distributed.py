@@ -164,7 +164,7 @@ class DistGraph:
         self._send_offsets = np.concatenate([[0], np.cumsum(self._send_counts)]).astype(np.int64)
         self._recv_offsets = np.concatenate([[0], np.cumsum(self._recv_counts)]).astype(np.int64)
         self._blocks, self._block_csrs = (None, None), {}  # spmm's column blocks of one split, built on first use
-        self._default_blocks = (None, None, None)  # ... with dg.values, kept while they are unchanged
+        self._default_blocks = (None, None)  # ... with dg.values, kept while they are unchanged
         self.pipeline = None  # spmm's split of the halo: None (the rule), "sources", "halo" or "off"
         # Where no rank has a halo (one rank, or disconnected parts) the exchange is skipped on
         # every rank: appending an empty halo would copy X on each call for nothing.
@@ -263,7 +263,7 @@ class DistGraph:
         ranks) and its entries' positions in ``graph``'s entry order (to take their values).
         Built on first use; one split kept at a time (they take ~12 bytes per entry)."""
         if self._blocks[0] != per_source:
-            self._blocks, self._block_csrs = (None, None), {}  # (the other split's memory first)
+            self._blocks, self._block_csrs = (None, None), {}  # (the other split's memory first: one split kept)
             pattern = self.graph.pattern()
             rows = np.repeat(np.arange(self.n_owned), np.diff(pattern.indptr))
             cols = pattern.indices
@@ -299,14 +299,15 @@ class DistGraph:
             taken = values.detach()[entries]
             shape = (self.n_owned, end - begin)
             if self.device.type == "cuda":  # one device CSR per block and dtype (plans kept), new values
-                key = (per_source, number, taken.dtype)
+                key = (number, taken.dtype)
                 if key not in self._block_csrs:
                     self._block_csrs[key] = CSR._from_device(indptr, indices, taken, shape)
                 matrix = self._block_csrs[key].with_values(taken)
             else:
                 matrix = sp.csr_matrix((taken.numpy(), indices, indptr), shape=shape)
             matrices.append((begin, end, matrix))
-        self._default_blocks = (stamp, matrices, None) if default else self._default_blocks
+        if default:
+            self._default_blocks = (stamp, matrices)
         return matrices
 
     def _post_halo(self, X, halo, per_source):

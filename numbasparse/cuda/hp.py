@@ -730,12 +730,11 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
         key = key + (handle,)  # the bound launch holds this stream's scratch
     else:
         parts = plan.unused_scratch
-        if accumulate:
-            pass  # C holds what the product adds to
-        elif not merges_in_block(code):  # sum, mean: a memset
-            fill_identity(C, code, stream)
-        elif plan.fill_rows is not None:  # max, min: the rows the block merge cannot store alone
-            fill_identity(C, code, stream, rows=plan.fill_rows, A=A, key=key + ("fill",))
+        if not accumulate:  # (accumulating: C holds what the product adds to)
+            if not merges_in_block(code):  # sum, mean: a memset
+                fill_identity(C, code, stream)
+            elif plan.fill_rows is not None:  # max, min: the rows the block merge cannot store alone
+                fill_identity(C, code, stream, rows=plan.fill_rows, A=A, key=key + ("fill",))
     args = (A.indptr, A.indices, A.data, plan.group_rows, B, C, plan.nnz_per_group, parts)
     launch.run_bound(A.cache, key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, (4, 5))
 
