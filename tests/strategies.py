@@ -56,3 +56,10 @@ def spmm_scale(A, B, reduce):
     if reduce == "mean":
         scale /= np.maximum(np.diff(A.indptr), 1)[:, None]
     return scale
+
+
+def sddmm_scale(A, X, Y):
+    """``scale`` for :func:`assert_close` of an SDDMM: ``|a_ij| <|X[i]|, |Y[j]|>`` per entry."""
+    from numbasparse.reference import sddmm_reference
+
+    return np.abs(sddmm_reference(abs(sp.csr_matrix(A, dtype=np.float64)), np.abs(X), np.abs(Y)))

@@ -8,7 +8,7 @@ from numba import cuda
 from numbasparse import CSR
 from numbasparse.cuda import crc
 from numbasparse.reference import spmm_reference
-from strategies import N_COLS, assert_close, graphs, random_dense
+from strategies import N_COLS, assert_close, graphs, random_dense, spmm_scale
 
 REDUCTIONS = ("sum", "mean", "max", "min")
 
@@ -26,7 +26,8 @@ def run_kernel(A, B, reduce, cf, index_dtype=None):
        index_dtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2**32 - 1))
 def test_crc_matches_reference(cf, A, n, reduce, dtype, index_dtype, seed):
     B = random_dense(np.random.default_rng(seed), (A.shape[1], n), dtype)
-    assert_close(run_kernel(A, B, reduce, cf, index_dtype), spmm_reference(A, B, reduce), dtype)
+    assert_close(run_kernel(A, B, reduce, cf, index_dtype), spmm_reference(A, B, reduce), dtype,
+                 spmm_scale(A, B, reduce))
 
 
 @pytest.mark.parametrize("reduce", REDUCTIONS)

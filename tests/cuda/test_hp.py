@@ -9,7 +9,7 @@ from numba import cuda
 from numbasparse import CSR, dispatch
 from numbasparse.cuda import device, hp, launch
 from numbasparse.reference import sddmm_reference, spmm_reference
-from strategies import N_COLS, assert_close, graphs, random_dense, spmm_scale
+from strategies import N_COLS, assert_close, graphs, random_dense, sddmm_scale, spmm_scale
 
 REDUCTIONS = ("sum", "mean", "max", "min")
 
@@ -48,9 +48,9 @@ def test_row_split_across_many_warps(reduce, single):
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
-@given(A=graphs(), n=st.sampled_from(N_COLS + (128,)), nnz_per_group=st.sampled_from([1, 7, None]),
+@given(A=graphs(), n=st.sampled_from((1, 7, 33)), nnz_per_group=st.sampled_from([1, 7, None]),
        dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**32 - 1))
-@settings(max_examples=10)
+@settings(max_examples=10)  # wide N adds only simulated threads: the column loop is the plain kernel's
 def test_accumulate_adds_the_product_to_what_c_holds(A, n, nnz_per_group, dtype, seed):
     """C += A B: empty rows keep their value, whole and split rows alike are added."""
     rng = np.random.default_rng(seed)
@@ -239,7 +239,7 @@ def test_hp_sddmm_matches_reference(A, k, nnz_per_warp, group, dtype, index_dtyp
     dev = CSR.from_scipy(A, dtype=dtype, index_dtype=index_dtype)
     out = cuda.to_device(np.full(dev.nnz, np.nan, dtype))  # poisoned
     hp.sddmm_hp(dev, cuda.to_device(X), cuda.to_device(Y), out, nnz_per_warp=nnz_per_warp, group=group)
-    assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), dtype)
+    assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), dtype, sddmm_scale(A, X, Y))
 
 
 def test_sddmm_group_override_must_be_a_lane_count():
