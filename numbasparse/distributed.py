@@ -9,9 +9,10 @@ columns renumbered as [owned nodes, then halo nodes grouped by owner] and the ex
 of its owned rows each other rank needs, agreed once with ``all_to_all`` when it is built.
 :func:`halo_exchange` then sends only those rows (one ``all_to_all_single``); its backward sends
 the halo's gradients back to their owners, which add them.  Where the halo is large enough to pay
-for it (:func:`pipeline_split`), :func:`spmm` (sum) does not wait for the halo: it multiplies the
-owned columns while the halo's rows arrive (in one batch, or one source rank after another) and
-adds their column blocks as they come in.  The local products are
+for it (:func:`pipeline_split`), :func:`spmm` (sum) and :func:`sddmm` do not wait for the halo:
+they compute the owned columns' part while the halo's rows arrive (in one batch, or one source
+rank after another) and add their column blocks as they come in; their backward sends the
+halo's gradients back while the owned rows' gradients are computed.  The local products are
 :mod:`numbasparse.torch`'s, so they differentiate in the features and the edge values, on the CPU
 backend (gloo ranks, CPU tensors) or on the GPU kernels (NCCL ranks, one GPU each).
 
@@ -163,8 +164,8 @@ class DistGraph:
         self._send_index = torch.as_tensor(send_local, dtype=torch.int64, device=self.device)
         self._send_offsets = np.concatenate([[0], np.cumsum(self._send_counts)]).astype(np.int64)
         self._recv_offsets = np.concatenate([[0], np.cumsum(self._recv_counts)]).astype(np.int64)
-        self._blocks, self._block_csrs = (None, None), {}  # spmm's column blocks of one split, built on first use
-        self._default_blocks = (None, None)  # ... with dg.values, kept while they are unchanged
+        self._blocks, self._block_csrs = (None, {}), {}  # the pipeline's column blocks of one split, built on first use
+        self._default_blocks = {}  # ... with dg.values, kept while they are unchanged
         self.pipeline = None  # spmm's split of the halo: None (the rule), "sources", "halo" or "off"
         # Where no rank has a halo (one rank, or disconnected parts) the exchange is skipped on
         # every rank: appending an empty halo would copy X on each call for nothing.
@@ -255,15 +256,18 @@ class DistGraph:
 
     # -- column blocks (spmm's pipeline) ----------------------------------------------------------
 
-    def _column_blocks(self, per_source):
+    def _column_blocks(self, per_source, transpose=False):
         """[(begin, end, indptr, indices, entries)]: this rank's rows of A split by their columns,
         the owned columns first, then the halo's rows [begin, end) as one block (``per_source``
-        False) or one block per other rank, in the order :meth:`_post_halo` receives their rows;
-        each block's pattern over those columns (arrays on the rank's device, host arrays on CPU
-        ranks) and its entries' positions in ``graph``'s entry order (to take their values).
-        Built on first use; one split kept at a time (they take ~12 bytes per entry)."""
-        if self._blocks[0] != per_source:
-            self._blocks, self._block_csrs = (None, None), {}  # (the other split's memory first: one split kept)
+        False) or one block per other rank, in the order :meth:`_post` exchanges their rows;
+        each block's pattern over those columns (``transpose``: the block's transpose, its rows
+        the block's columns) as arrays on the rank's device (host arrays on CPU ranks), and its
+        entries' positions in ``graph``'s entry order (to take their values).  Built on first
+        use; one split kept at a time (~12 bytes per entry each way)."""
+        if self._blocks[0] != per_source:  # (the other split's memory first: one split kept)
+            self._blocks, self._block_csrs, self._default_blocks = (per_source, {}), {}, {}
+        built = self._blocks[1]
+        if transpose not in built:
             pattern = self.graph.pattern()
             rows = np.repeat(np.arange(self.n_owned), np.diff(pattern.indptr))
             cols = pattern.indices
@@ -276,59 +280,75 @@ class DistGraph:
             blocks = []
             for begin, end in [(-self.n_owned, 0)] + ranges:  # (the owned columns, numbered before the halo)
                 lo, hi = self.n_owned + begin, self.n_owned + end
-                entries = np.flatnonzero((cols >= lo) & (cols < hi)).astype(index)
-                indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[entries], minlength=self.n_owned))])
-                arrays = (indptr.astype(index), (cols[entries] - lo).astype(index), entries)
+                entries = np.flatnonzero((cols >= lo) & (cols < hi))
+                r, c, n_rows = rows[entries], cols[entries] - lo, self.n_owned
+                if transpose:  # (a stable sort by column keeps each column's rows ascending)
+                    order = np.argsort(c, kind="stable")
+                    r, c, entries, n_rows = c[order], r[order], entries[order], end - begin
+                indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n_rows))])
+                arrays = (indptr.astype(index), c.astype(index), entries.astype(index))
                 if self.device.type == "cuda":
                     arrays = tuple(torch.as_tensor(a, device=self.device) for a in arrays)
                 blocks.append((begin, end, *arrays))
-            self._blocks = (per_source, blocks)
-        return self._blocks[1]
+            built[transpose] = blocks
+        return built[transpose]
 
-    def _with_values(self, values, per_source):
-        """[(begin, end, matrix)]: each column block with its entries' ``values``: a device
-        :class:`CSR` (a scipy CSR on CPU ranks).  The values are gathered per call, except
-        ``dg.values`` itself, gathered again only when torch records a change to it (an in-place
-        op; not a write through ``.data`` or another framework)."""
+    def _with_values(self, values, per_source, transpose=False):
+        """[(begin, end, matrix, entries)]: each column block (or its transpose) with its
+        entries' ``values``: a device :class:`CSR` (a scipy CSR on CPU ranks).  The values are
+        gathered per call, except ``dg.values`` itself, gathered again only when torch records a
+        change to it (an in-place op; not a write through ``.data`` or another framework)."""
         default = values is self.values and not values.is_inference()
         stamp = (per_source, values.data_ptr(), values._version) if default else None
-        if default and self._default_blocks[0] == stamp:
-            return self._default_blocks[1]
+        kept = self._default_blocks.get(transpose)
+        if default and kept is not None and kept[0] == stamp:
+            return kept[1]
         matrices = []
-        for number, (begin, end, indptr, indices, entries) in enumerate(self._column_blocks(per_source)):
+        for number, (begin, end, indptr, indices, entries) in enumerate(self._column_blocks(per_source, transpose)):
             taken = values.detach()[entries]
-            shape = (self.n_owned, end - begin)
+            shape = (end - begin, self.n_owned) if transpose else (self.n_owned, end - begin)
             if self.device.type == "cuda":  # one device CSR per block and dtype (plans kept), new values
-                key = (number, taken.dtype)
+                key = (number, transpose, taken.dtype)
                 if key not in self._block_csrs:
                     self._block_csrs[key] = CSR._from_device(indptr, indices, taken, shape)
                 matrix = self._block_csrs[key].with_values(taken)
             else:
                 matrix = sp.csr_matrix((taken.numpy(), indices, indptr), shape=shape)
-            matrices.append((begin, end, matrix))
+            matrices.append((begin, end, matrix, entries))
         if default:
-            self._default_blocks = (stamp, matrices)
+            self._default_blocks[transpose] = (stamp, matrices)
         return matrices
+
+    def _rounds(self, per_source, back=False):
+        """The (to, source) pairs of each round of sends and receives: all in one round, or one
+        source per round (``per_source``: in round k this rank sends to rank + k and receives from
+        rank - k; ``back``, gradients returning to the rows' owners: the other way round)."""
+        pairs = [((self.rank + k) % self.world, (self.rank - k) % self.world) for k in range(1, self.world)]
+        if back:
+            pairs = [(source, to) for to, source in pairs]
+        return [[p] for p in pairs] if per_source else [pairs]
+
+    def _post(self, pairs, send, send_offsets, recv, recv_offsets):
+        """Start one round: for each (to, source) of ``pairs``, rows ``send_offsets[to]:[to + 1]``
+        of ``send`` to ``to``, and rows of ``recv`` by ``recv_offsets`` from ``source`` (batched
+        P2P).  Returns the round's requests."""
+        ops = []
+        for to, source in pairs:
+            if send_offsets[to + 1] > send_offsets[to]:
+                ops.append(dist.P2POp(dist.isend, send[send_offsets[to]:send_offsets[to + 1]],
+                                      self._global(to), self.group))
+            if recv_offsets[source + 1] > recv_offsets[source]:
+                ops.append(dist.P2POp(dist.irecv, recv[recv_offsets[source]:recv_offsets[source + 1]],
+                                      self._global(source), self.group))
+        return dist.batch_isend_irecv(ops) if ops else []
 
     def _post_halo(self, X, halo, per_source):
         """Start the exchange of ``halo`` (this rank's halo rows, received by source in ``halo``'s
-        rows) and of the rows of ``X`` other ranks need: all at once (one batch of sends and
-        receives), or one source at a time (``per_source``: in round k this rank sends to rank + k
-        and receives from rank - k).  Returns the rows sent and each round's requests."""
+        rows) and of the rows of ``X`` other ranks need, in :meth:`_rounds`.  Returns the rows
+        sent and each round's requests."""
         send = X[self._send_index].to(self._comm_device)
-        pairs = [((self.rank + k) % self.world, (self.rank - k) % self.world) for k in range(1, self.world)]
-        rounds = []
-        for pair in ([[p] for p in pairs] if per_source else [pairs]):
-            ops = []
-            for to, source in pair:
-                if self._send_counts[to]:
-                    ops.append(dist.P2POp(dist.isend, send[self._send_offsets[to]:self._send_offsets[to + 1]],
-                                          self._global(to), self.group))
-                if self._recv_counts[source]:
-                    ops.append(dist.P2POp(dist.irecv, halo[self._recv_offsets[source]:self._recv_offsets[source + 1]],
-                                          self._global(source), self.group))
-            rounds.append(dist.batch_isend_irecv(ops) if ops else [])
-        return send, rounds
+        return send, [self._post(pairs, send, self._send_offsets, halo, self._recv_offsets)
+                      for pairs in self._rounds(per_source)]
 
     def _global(self, rank):
         return rank if self.group is None else dist.get_global_rank(self.group, rank)
@@ -364,6 +384,10 @@ class DistGraph:
         """Rows this rank receives from each rank in one exchange."""
         return self._recv_counts.copy()
 
+    def _check_pipeline(self):
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"DistGraph.pipeline must be one of {PIPELINES}, got {self.pipeline!r}")
+
     def _check_rows(self, X, name):
         if not isinstance(X, torch.Tensor):
             raise TypeError(f"{name} must be a torch tensor, got {type(X).__name__}")
@@ -398,39 +422,84 @@ def _owned_grad(dg, grad):
     return grad[:dg.n_owned].clone().index_add_(0, dg._send_index, back)
 
 
+def _gpu_of(tensor):
+    """The tensor's GPU made current (NCCL posts P2P on the current GPU), or nothing on the CPU."""
+    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
+
+
+def _overlapped(dg, Y, per_source, blocks, first, add):
+    """Run ``first()`` while this rank's halo rows of ``Y`` arrive, then ``add(result, block,
+    entries, rows)`` for each halo column block as its rows are in.  Returns (result, halo rows).
+    Everything that can fail before the sends and receives are posted has run (the blocks are
+    built); after, every request completes even on an error, so the next collective cannot hang."""
+    halo = Y.new_empty((dg.n_halo, Y.shape[1]))
+    # (gloo ranks with CUDA features exchange through host buffers)
+    arrived = halo if dg._comm_device == Y.device else torch.empty_like(halo, device=dg._comm_device)
+    with _gpu_of(Y):
+        send, rounds = dg._post_halo(Y, arrived, per_source)
+    waited = 0
+    try:
+        result = first()
+        for (begin, end, block, entries), requests in zip(blocks, rounds):
+            for request in requests:
+                request.wait()  # (NCCL: the current stream waits; the host goes on)
+            waited += 1
+            if arrived is not halo:
+                halo[begin:end] = arrived[begin:end]
+            if block.nnz:
+                add(result, block, entries, halo[begin:end])
+    finally:
+        for requests in rounds[waited:]:
+            for request in requests:
+                request.wait()
+        del send  # (in use until the last round's requests are waited on)
+    return result, halo
+
+
+def _pipelined_owned_grad(dg, values, G, per_source):
+    """``_owned_grad(dg, A^T G)`` (A with ``values``) with the exchange hidden: the halo's rows of
+    A^T G (row blocks of A^T, so nothing is accumulated) are computed first and each block sent
+    back to its owners at once; the owned rows' product runs while they travel."""
+    (_, _, owned, _), *halo_blocks = dg._with_values(values, per_source, transpose=True)
+    grads = G.new_empty((dg.n_halo, G.shape[1]))
+    sent = grads if dg._comm_device == G.device else torch.empty_like(grads, device=dg._comm_device)
+    back = torch.empty((len(dg._send_index), G.shape[1]), dtype=G.dtype, device=dg._comm_device)
+    rounds, failure, dX = [], None, None
+    with _gpu_of(G):
+        for (begin, end, block, _), pairs in zip(halo_blocks, dg._rounds(per_source, back=True)):
+            if failure is None and end > begin:
+                try:
+                    api.spmm(block, G, out=grads[begin:end])
+                    if sent is not grads:
+                        sent[begin:end] = grads[begin:end]
+                except Exception as exc:  # noqa: BLE001 (raised once every round is posted and done:
+                    failure = exc  # the other ranks wait on this rank's rounds)
+            rounds.append(dg._post(pairs, sent, dg._recv_offsets, back, dg._send_offsets))
+    try:
+        if failure is None:
+            dX = api.spmm(owned, G)
+    finally:
+        for requests in rounds:
+            for request in requests:
+                request.wait()
+    if failure is not None:
+        raise failure
+    return dX.index_add_(0, dg._send_index, back.to(G.device))
+
+
 class _PipelinedSpmm(torch.autograd.Function):
     """C = A [X; halo] with the exchange hidden behind the products: the owned columns' product
     runs while the halo's rows arrive (one batch, or one source rank at a time:
     ``per_source``), and each halo block is added into C (HP-SpMM accumulating atomically)
-    once its rows are in.  Backward as the unpipelined product's: A^T dC, the halo's part sent
-    back to its owners."""
+    once its rows are in.  Backward: dX = A^T dC with the halo's rows sent back to their
+    owners while the owned rows are computed (:func:`_pipelined_owned_grad`)."""
 
     @staticmethod
     def forward(ctx, values, X, dg, per_source):
-        # everything that can fail on this rank before any send or receive is posted
-        (_, _, owned), *received = dg._with_values(values, per_source)
-        halo = X.new_empty((dg.n_halo, X.shape[1]))
-        # (gloo ranks with CUDA features exchange through host buffers)
-        arrived = halo if dg._comm_device == X.device else torch.empty_like(halo, device=dg._comm_device)
-        with torch.cuda.device(X.device) if X.is_cuda else contextlib.nullcontext():  # (NCCL's P2P: this GPU)
-            send, rounds = dg._post_halo(X, arrived, per_source)
-        waited = 0
-        try:
-            C = api.spmm(owned, X.detach())
-            for (begin, end, block), requests in zip(received, rounds):
-                for request in requests:
-                    request.wait()  # (NCCL: the current stream waits; the host goes on)
-                waited += 1
-                if arrived is not halo:
-                    halo[begin:end] = arrived[begin:end]
-                if block.nnz:
-                    _add_product(C, block, halo[begin:end])
-        finally:  # an error here: the posted requests still complete, so the next collective cannot hang
-            for requests in rounds[waited:]:
-                for request in requests:
-                    request.wait()
-            del send  # (in use until the last round's requests are waited on)
-        ctx.dg = dg
+        (_, _, owned, _), *received = dg._with_values(values, per_source)
+        C, halo = _overlapped(dg, X, per_source, received, lambda: api.spmm(owned, X.detach()),
+                              lambda C, block, entries, H: _add_product(C, block, H))
+        ctx.dg, ctx.per_source, ctx.default_values = dg, per_source, values is dg.values
         ctx.save_for_backward(values, *((X, halo) if ctx.needs_input_grad[0] else ()))
         return C
 
@@ -443,9 +512,52 @@ class _PipelinedSpmm(torch.autograd.Function):
         dC = dC.contiguous()
         if ctx.needs_input_grad[0]:  # a_ij: <dC_i, [X; halo]_j>
             dvalues = nst._run("sddmm", torch.ones_like(values), dC, torch.cat(operands), dg.graph.key)
-        if ctx.needs_input_grad[1]:
-            dX = _owned_grad(dg, nst._run("spmm", values.detach(), dC, dg.graph.key, True))
+        if ctx.needs_input_grad[1]:  # (dg.values itself: its blocks are kept)
+            dX = _pipelined_owned_grad(dg, dg.values if ctx.default_values else values.detach(), dC, ctx.per_source)
         return dvalues, dX, None, None
+
+
+class _PipelinedSddmm(torch.autograd.Function):
+    """s = values ⊙ <X_i, [Y; halo]_j> with the exchange of Y's halo hidden behind the owned
+    columns' scores; each halo block's scores are written to their entries once its rows are in.
+    Backward: dX and the values' gradient locally, dY as :func:`_pipelined_owned_grad`."""
+
+    @staticmethod
+    def forward(ctx, values, X, Y, dg, per_source):
+        (_, _, owned, owned_entries), *received = dg._with_values(values, per_source)
+
+        def first():
+            s = X.new_empty(dg.graph.nnz)
+            s[owned_entries] = _scores(owned, X, Y)
+            return s
+
+        def add(s, block, entries, H):
+            s[entries] = _scores(block, X, H)
+
+        s, halo = _overlapped(dg, Y, per_source, received, first, add)
+        ctx.dg, ctx.per_source = dg, per_source
+        ctx.save_for_backward(values, X, Y, halo)
+        return s
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, ds):
+        dg = ctx.dg
+        values, X, Y, halo = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        ds = ds.contiguous()
+        dvalues = dX = dY = None
+        if needs[0] or needs[1]:
+            dvalues, dX, _ = nst._score_grads((needs[0], needs[1], False), dg.graph.key, values, X,
+                                              torch.cat([Y, halo]), ds)
+        if needs[2]:
+            dY = _pipelined_owned_grad(dg, values.detach() * ds, X, ctx.per_source)
+        return dvalues, dX, dY, None, None
+
+
+def _scores(block, X, Y):
+    """The SDDMM values of ``block`` with X and Y (a tensor in the block's entry order)."""
+    return nst._host_values(api.sddmm(block, X, Y), X.dtype)
 
 
 def _add_product(C, block, H):
@@ -473,19 +585,29 @@ def spmm(dg, X, values=None, *, reduce="sum"):
 
     A sum of float32 or float64 features (2-D) whose halo is large enough
     (:func:`pipeline_split`, or ``dg.pipeline``) is pipelined: the owned columns are multiplied
-    while the halo arrives, the halo's blocks added as their rows come in.  Other reductions,
+    while the halo arrives, the halo's blocks added as their rows come in; in the backward the
+    halo's gradients are sent back while the owned rows' are computed.  Other reductions,
     16-bit features (autocast included), smaller halos, tensor subclasses and
     ``torch.compile`` exchange the whole halo first (:func:`halo_exchange`), then multiply."""
     dg._check_rows(X, "X")
-    if dg.pipeline not in PIPELINES:
-        raise ValueError(f"DistGraph.pipeline must be one of {PIPELINES}, got {dg.pipeline!r}")
-    if reduce == "sum" and dg.exchanges and X.dim() == 2 and not torch.compiler.is_compiling():
+    dg._check_pipeline()
+    if reduce == "sum" and X.dim() == 2:
         B, v = nst._autocast(X, dg.values if values is None else values)
-        split = dg.pipeline or pipeline_split(dg.world, dg._max_halo * B.shape[1] * B.element_size())
-        plain = type(B) in nst._PLAIN and type(v) in nst._PLAIN
-        if B.dtype in (torch.float32, torch.float64) and split != "off" and plain:
+        split = _split(dg, B, v)
+        if split != "off":
             return _PipelinedSpmm.apply(nst._values(dg.graph, v, B), B.contiguous(), dg, split == "sources")
     return nst.spmm(dg.graph, halo_exchange(dg, X), values, reduce=reduce)
+
+
+def _split(dg, Y, values, *others):
+    """How :func:`spmm` / :func:`sddmm` exchange ``Y``'s halo: "off" (the whole halo first) for
+    16-bit operands, tensor subclasses, under ``torch.compile`` or without any halo; else
+    ``dg.pipeline`` or :func:`pipeline_split`."""
+    tensors = (Y, values) + others
+    if (not dg.exchanges or torch.compiler.is_compiling() or any(type(t) not in nst._PLAIN for t in tensors)
+            or Y.dtype not in (torch.float32, torch.float64)):
+        return "off"
+    return dg.pipeline or pipeline_split(dg.world, dg._max_halo * Y.shape[1] * Y.element_size())
 
 
 PIPELINES = (None, "sources", "halo", "off")
@@ -509,8 +631,18 @@ def pipeline_split(world, halo_bytes):
 
 def sddmm(dg, X, Y, values=None):
     """``values ⊙ <X_i, Y_j>`` for this rank's entries (``dg.edges()`` order), from this rank's rows
-    of X and Y; differentiable in X, Y and ``values``."""
+    of X and Y; differentiable in X, Y and ``values``.  Pipelined as :func:`spmm` (the same rule
+    on Y's halo): the owned columns' scores are computed while Y's halo arrives."""
     dg._check_rows(X, "X")
+    dg._check_rows(Y, "Y")
+    dg._check_pipeline()
+    if X.dim() == 2 and Y.dim() == 2:
+        x, y, v = nst._autocast(X, Y, dg.values if values is None else values)
+        alike = x.dtype == y.dtype and x.device == y.device and x.shape[1] == y.shape[1]
+        split = _split(dg, y, v, x) if alike else "off"  # (mismatches: the plain path's errors)
+        if split != "off":
+            return _PipelinedSddmm.apply(nst._values(dg.graph, v, x), x.contiguous(), y.contiguous(), dg,
+                                         split == "sources")
     return nst.sddmm(dg.graph, X, halo_exchange(dg, Y), values)
 
 

@@ -121,11 +121,13 @@ def _check_pipelined_sum_matches_exchange_then_multiply(rank, world):
         dg.pipeline = split
         x, values = torch.tensor(x0, requires_grad=True), torch.tensor(v0, requires_grad=True)
         got = nsd.spmm(dg, x, values)
-        per_source, blocks = dg._blocks  # this split's column blocks ran
+        per_source, built = dg._blocks  # this split's column blocks ran
+        blocks = built[False]
         assert per_source == (split == "sources") and len(blocks) == (world if split == "sources" else 2)
         assert sum(len(entries) for *_, entries in blocks) == dg.graph.nnz
         _close(got, expected.detach().numpy())
         (got * weights).sum().backward()
+        assert sorted(np.concatenate([e for *_, e in built[True]])) == list(range(dg.graph.nnz))  # (transposed)
         _close(x.grad, x2.grad.numpy())
         _close(values.grad, values2.grad.numpy())
         with torch.no_grad():  # values changed in place: the blocks take the new values
@@ -149,22 +151,62 @@ def _check_pipelined_sum_matches_exchange_then_multiply(rank, world):
     mine.data.mul_(-1.0)  # (a write torch does not count: values other than dg.values are read per call)
     _close(nsd.spmm(dg, X, mine), -first.numpy())
 
-    # an error on one rank after its sends and receives were posted: raised there, nothing hangs
-    if rank == 1:
-        original = nsd._add_product
-        nsd._add_product = lambda *args: (_ for _ in ()).throw(RuntimeError("planted"))
-        with pytest.raises(RuntimeError, match="planted"):
-            nsd.spmm(dg, X)
-        nsd._add_product = original
-    else:
-        nsd.spmm(dg, X)
-    dist.barrier()
-    _close(nsd.spmm(dg, X), 3.0 * default)
+    # an error on one rank after its sends and receives were posted, in the forward and in the
+    # backward: raised there, nothing hangs
+    x = X.clone().requires_grad_()
+    for split in ("sources", "halo"):
+        dg.pipeline = split
+        out = nsd.spmm(dg, x)
+        for target, name, run in ((nsd, "_add_product", lambda: nsd.spmm(dg, X)),
+                                  (nsd.api, "spmm", lambda: out.sum().backward())):
+            planted = getattr(target, name)
+            if rank == 1:
+                setattr(target, name, lambda *args, **kw: (_ for _ in ()).throw(RuntimeError("planted")))
+                try:
+                    with pytest.raises(RuntimeError, match="planted"):
+                        run()
+                finally:
+                    setattr(target, name, planted)
+            else:
+                run()
+            dist.barrier()
+            _close(nsd.spmm(dg, X), 3.0 * default)
+
+
+def _check_pipelined_scores_match_exchange_then_score(rank, world):
+    A = graphs.powerlaw(1500, seed=3)
+    dg = nsd.DistGraph(A, dtype=torch.float64)
+    rng = np.random.default_rng(rank)
+    x0, y0, v0 = (rng.standard_normal((dg.n_owned, 5)), rng.standard_normal((dg.n_owned, 5)),
+                  rng.standard_normal(dg.graph.nnz))
+    weights = torch.tensor(rng.standard_normal(dg.graph.nnz))
+    leaves = [torch.tensor(a, requires_grad=True) for a in (x0, y0, v0)]
+    expected = nst.sddmm(dg.graph, leaves[0], nsd.halo_exchange(dg, leaves[1]), leaves[2])
+    (expected * weights).sum().backward()
+    for split in ("sources", "halo"):
+        dg.pipeline = split
+        mine = [torch.tensor(a, requires_grad=True) for a in (x0, y0, v0)]
+        got = nsd.sddmm(dg, *mine)
+        _close(got, expected.detach().numpy())
+        (got * weights).sum().backward()
+        for leaf, reference in zip(mine, leaves):
+            _close(leaf.grad, reference.grad.numpy())
+        x, y = (torch.tensor(a) for a in (x0, y0))  # the default values
+        _close(nsd.sddmm(dg, x, y), nst.sddmm(dg.graph, x, nsd.halo_exchange(dg, y)).numpy())
+    with pytest.raises(ValueError, match="Y must hold"):
+        nsd.sddmm(dg, x, y[1:])
+    with pytest.raises(ValueError, match="same number of columns"):
+        nsd.sddmm(dg, x, y[:, :3])
 
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_pipelined_sum_matches_exchange_then_multiply(world):
     _spawn(world, _check_pipelined_sum_matches_exchange_then_multiply)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_pipelined_scores_match_exchange_then_score(world):
+    _spawn(world, _check_pipelined_scores_match_exchange_then_score)
 
 
 def test_pipeline_split_needs_a_halo_long_enough_to_hide_its_fixed_costs():
@@ -238,12 +280,15 @@ def _check_on_the_gpu(rank, world):
     x, y = (dg.local(torch.tensor(M, dtype=torch.float32, device=device)) for M in (X, Y))
     for reduce in ("sum", "mean", "max", "min"):
         _close(nsd.spmm(dg, x, reduce=reduce), ns.spmm(A, X, reduce=reduce)[dg.nodes], 1e-5)
+    rows, cols = dg.edges()
     for split in ("halo", "sources", None):  # (the rule keeps so small a halo unpipelined)
         dg.pipeline = split
         _close(nsd.spmm(dg, x), ns.spmm(A, X)[dg.nodes], 1e-5)
+        _close(nsd.sddmm(dg, x, y), np.asarray(ns.sddmm(A, X, Y)[rows, cols]).ravel(), 1e-5)
     dg.pipeline = "sources"  # and the training step below through it
-    rows, cols = dg.edges()
-    _close(nsd.sddmm(dg, x, y), np.asarray(ns.sddmm(A, X, Y)[rows, cols]).ravel(), 1e-5)
+    yg = y.clone().requires_grad_()
+    nsd.sddmm(dg, x, yg).sum().backward()  # d/dY of the sum of scores: A^T X
+    _close(yg.grad, (A.T @ X)[dg.nodes], 1e-5)
     W0 = rng.standard_normal((40, 8))
     W, xg = torch.tensor(W0, dtype=torch.float32, device=device, requires_grad=True), x.clone().requires_grad_()
     (torch.relu(nsd.spmm(dg, xg @ W)) ** 2).sum().backward()

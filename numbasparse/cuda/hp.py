@@ -840,7 +840,8 @@ def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
     single launch only) and, once per call with ``reduce="sum"``, HP-SDDMM's walk past runs of
-    empty rows.  Which of them a graph reaches depends on its rows and hub rows, and no set of
+    empty rows and (float32 and float64) the accumulating kernel of both depths
+    (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which of them a graph reaches depends on its rows and hub rows, and no set of
     small graphs is sure to reach them all at every width.  B (K, N) and X (M, N): device
     arrays as the kernels take them (16-bit values as their bits); results discarded."""
     half = is_half(A.dtype)
@@ -850,3 +851,6 @@ def precompile_variants(A, B, X, reduce):
             spmm_hp(A, B, C, reduce, depth=depth, single=single)
     if reduce == "sum":
         sddmm_hp(A, X, B, cuda.device_array(A.nnz, storage_dtype(A.dtype)), skips_runs=True)
+        if not half:
+            for depth in (1, GATHER_DEPTH):
+                spmm_hp(A, B, C, reduce, depth=depth, accumulate=True)

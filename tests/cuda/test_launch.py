@@ -249,8 +249,8 @@ def test_a_kernel_factory_takes_positional_or_keyword_parameters_only():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     """Which HP-SpMM variant auto runs (gather depth, launch mode) depends on the graph: precompile
-    makes all of them for each width and dtype, 16-bit ones in their single launch only, and
-    HP-SDDMM's walk past runs of empty rows."""
+    makes all of them for each width and dtype, 16-bit ones in their single launch only,
+    HP-SDDMM's walk past runs of empty rows and the accumulating kernel (float32, float64)."""
     import scipy.sparse as sp
     from numbasparse import aot, arrays, csr
     from numbasparse.cuda import hp
@@ -260,7 +260,7 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     factory = hp.spmm_hp_kernel
 
     def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None, adds_to_c=False):
-        made.append((depth, single))
+        made.append((depth, single) + (("adds",) if adds_to_c else ()))
         return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt, adds_to_c)
 
     monkeypatch.setattr(hp, "spmm_hp_kernel", recording)
@@ -280,5 +280,5 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     if dtype.itemsize == 2:
         assert sorted(made) == [(1, True), (4, True)]
     else:
-        assert sorted(made) == [(1, False), (1, True), (2, False), (2, True)]
+        assert sorted(made) == [(1, False), (1, False, "adds"), (1, True), (2, False), (2, False, "adds"), (2, True)]
     assert skipping == [True]  # HP-SDDMM's walk past runs of empty rows, which these graphs lack
