@@ -19,10 +19,11 @@ rank's device (:func:`rmat_on_device`; seconds where the host takes minutes at s
 case: the distributed ``spmm`` of each N checked against a float64 product of up to 20k of
 the rank's rows and ``sddmm`` (X with itself) on 100k sampled entries, then timed (median of 20, slowest rank):
 the halo exchange, the local kernel, the whole call (``nsd.spmm``: the product pipelined with the
-exchange, split by :func:`numbasparse.distributed.pipeline_split`) and, for SpMM at P > 1, the call
+exchange, split by :func:`numbasparse.distributed.pipeline_split`) and, at P > 1, the call
 with each split forced (``split_ms``; "off" is ``unpipelined_ms``: the product after the whole
-exchange); and a 2-layer GCN training step
-(features, hidden, classes from ``--gcn``: forward, backward, gradient all-reduce).  Speed-up
+exchange); the same for ``sddmm``; and a 2-layer GCN training step
+(features, hidden, classes from ``--gcn``: forward, backward, gradient all-reduce), at P > 1
+also with the exchanges done first (``unpipelined_ms``).  Speed-up
 and efficiency are against the smallest P of ``--ranks`` (1 by default) of the same graph and
 partition.  Each row is appended to ``--out`` as it is measured; cases that would start after
 ``--deadline`` seconds are skipped.
@@ -254,26 +255,30 @@ def _scaling_rank(rank, world, port, args, start):
             def local():
                 nst.spmm(dg.graph, state["ext"])
 
-            ex = _median_max(times(exchange, group), group, device)
-            loc = _median_max(times(local, group), group, device)
-            call = _median_max(times(lambda: nsd.spmm(dg, X), group), group, device)
-            split_ms = {}
-            if P > 1:  # each split of the exchange ("off": the product after the whole exchange)
-                for split in ("off", "halo", "sources"):
+            def splits(op, fn):
+                """The call with each split of the exchange forced ("off": after the whole exchange)."""
+                split_ms = {}
+                for split in ("off", "halo", "sources") if P > 1 else ():
                     dg.pipeline = split
-                    split_ms[split] = _median_max(times(lambda: nsd.spmm(dg, X), group), group, device) * 1e3
+                    split_ms[split] = _median_max(times(fn, group), group, device) * 1e3
                     if args.profile:  # (every rank of the group calls: the exchange needs them all)
-                        _profile(lambda: nsd.spmm(dg, X), f"{info['graph']} {method} P={P} N={n} {split}",
+                        _profile(fn, f"{info['graph']} {method} P={P} {op} N={n} {split}",
                                  args.profile if rank == 0 else None, sync)
                 dg.pipeline = None
+                return split_ms
+
+            ex = _median_max(times(exchange, group), group, device)
             rule = nsd.pipeline_split(P, info["max_halo_rows"] * n * 4) if P > 1 else "off"
-            emit(dict(info, op="spmm", n=n, ms=call * 1e3, exchange_ms=ex * 1e3, local_ms=loc * 1e3,
-                      unpipelined_ms=split_ms.get("off", call * 1e3), split_ms=split_ms, rule=rule,
-                      exchange_mb=info["max_halo_rows"] * n * 4 / 2**20, error=error))
-            loc = _median_max(times(lambda: nst.sddmm(dg.graph, X, state["ext"]), group), group, device)
-            call = _median_max(times(lambda: nsd.sddmm(dg, X, X), group), group, device)
-            emit(dict(info, op="sddmm", n=n, ms=call * 1e3, exchange_ms=ex * 1e3, local_ms=loc * 1e3,
-                      exchange_mb=info["max_halo_rows"] * n * 4 / 2**20, error=sddmm_error))
+            for op, fn, loc_fn, err in (
+                    ("spmm", lambda: nsd.spmm(dg, X), local, error),
+                    ("sddmm", lambda: nsd.sddmm(dg, X, X), lambda: nst.sddmm(dg.graph, X, state["ext"]),
+                     sddmm_error)):
+                loc = _median_max(times(loc_fn, group), group, device)
+                call = _median_max(times(fn, group), group, device)
+                split_ms = splits(op, fn)
+                emit(dict(info, op=op, n=n, ms=call * 1e3, exchange_ms=ex * 1e3, local_ms=loc * 1e3,
+                          unpipelined_ms=split_ms.get("off", call * 1e3), split_ms=split_ms, rule=rule,
+                          exchange_mb=info["max_halo_rows"] * n * 4 / 2**20, error=err))
             del X, state
             if gpu:
                 torch.cuda.empty_cache()
@@ -293,12 +298,17 @@ def _scaling_rank(rank, world, port, args, start):
 
         try:
             ms = _median_max(times(step, group, reps=10), group, device) * 1e3
+            unpipelined = ms
+            if P > 1:  # the same step with the exchanges done first
+                dg.pipeline = "off"
+                unpipelined = _median_max(times(step, group, reps=10), group, device) * 1e3
+                dg.pipeline = None
         except torch.cuda.OutOfMemoryError:  # one rank alone (P = 1; no collective to abandon)
             if P > 1:
                 raise
-            ms = float("nan")
+            ms = unpipelined = float("nan")
             print(f"# GCN step out of GPU memory at P = 1 ({spec})", flush=True)
-        emit(dict(info, op="gcn_step", n=f"{f_in}-{hidden}-{classes}", ms=ms))
+        emit(dict(info, op="gcn_step", n=f"{f_in}-{hidden}-{classes}", ms=ms, unpipelined_ms=unpipelined))
         del X, W1, W2, dg
         if gpu:
             torch.cuda.empty_cache()
