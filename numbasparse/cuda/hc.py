@@ -12,10 +12,10 @@ import numpy as np
 from numba import cuda
 
 from ..dtypes import kernel_format
-from ..preprocess.row_windows import TILE_COLS, WINDOW, row_windows
+from ..preprocess.row_windows import TILE_COLS, WINDOW, fragment_sources, row_windows
 from . import launch, mma
 from .device import cdiv
-from .intrinsics import converters, value_types
+from .intrinsics import converters, value_types, vector_load, vector_width
 
 THREADS = 128             # 4 warps per window
 COLS = 32                 # output columns per pass: thread t owns columns t % 8 + 8 q, q < 4
@@ -27,7 +27,7 @@ assert WINDOW * TILE_COLS == THREADS  # one thread per slot of a 16x8 tile
 
 
 @launch.kernel_factory
-def window_paths(value_dtype, index_dtype, tf32=False):
+def window_paths(value_dtype, index_dtype, tf32=False, vec4=False):
     """The device function ``window_into(acc, w, col0, use_tiles, ...)``: each thread's 4
     accumulators set to its part of window w's product with 32 columns of B (from ``col0``), on
     the dense-tile path (``tiles_into``) or the CUDA-core path (``cores_into``), as
@@ -37,11 +37,11 @@ def window_paths(value_dtype, index_dtype, tf32=False):
     columns ``col0 + t % 8 + 8 q`` (q < 4), so each warp instruction reads 32 contiguous bytes
     of a row of B per row of the window.  16-bit values are read into float32.
 
-    ``tf32`` (float32 values): the dense-tile path on the tensor cores, as in the paper: warp q
-    multiplies each staged 16 x 8 tile by columns 8q..8q+7 of the staged B slice with one
-    ``mma.sync`` m16n8k8 (TF32 inputs rounded from float32, FP32 accumulators in registers
-    across the window's tiles), then the 16 x 32 result goes through shared memory into the
-    threads' accumulators.
+    ``tf32`` (float32 values): the dense-tile path on the tensor cores (``tiles_into_mma``,
+    ``mma.sync`` m16n8k8: TF32 inputs rounded from float32, FP32 accumulators); then the
+    arguments ``tile_entry, tile_slot`` are the fragment sources ``frag_base, frag_src`` of
+    :func:`fragments`.  ``vec4``: B's rows read 4 values per load (N a multiple of 4, B aligned
+    to 16 bytes).
     """
     _, value_type, compute = value_types(value_dtype)
     to_compute = converters(value_dtype)[0]
@@ -53,6 +53,9 @@ def window_paths(value_dtype, index_dtype, tf32=False):
     if tf32 and value_dtype != "<f4":
         raise ValueError(f"TF32 tensor cores take float32 values, not {value_dtype}")
     mma_tf32, to_tf32 = (mma.mma("tf32"), mma.to_tf32()) if tf32 else (None, None)
+    load4 = vector_load(4)
+    load_src = vector_load(4)
+    partial_size = THREADS // 32 * out_size  # each warp's 16 x 32 partial sums
 
     stage_value = to_tf32 if tf32 else to_compute  # the values the tiles hold
 
@@ -98,30 +101,66 @@ def window_paths(value_dtype, index_dtype, tf32=False):
             cuda.syncthreads()
 
     @cuda.jit(device=True, inline="always")
-    def tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B):
-        """Dense-tile path on the tensor cores (``tf32``): each tile ``stage``-d (values rounded to
-        TF32), multiplied by mma.sync (fragment layouts: :mod:`numbasparse.cuda.mma`)."""
+    def b_row_values(B, k, j, n):
+        """B[k, j:j + 4] rounded to TF32 (zeros past column n or for k < 0: padding columns)."""
+        if k < 0 or j >= n:
+            return zero, zero, zero, zero
+        if vec4:
+            v0, v1, v2, v3 = load4(B, k, j)
+            return to_tf32(v0), to_tf32(v1), to_tf32(v2), to_tf32(v3)
+        v = cuda.local.array(4, value_type)
+        for u in range(4):
+            v[u] = to_tf32(B[k, j + u]) if j + u < n else zero
+        return v[0], v[1], v[2], v[3]
+
+    @cuda.jit(device=True, inline="always")
+    def tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, frag_base, frag_src, B):
+        """Dense-tile path on the tensor cores (``tf32``), no staging: warp q takes tiles q, q + 4,
+        ... of the window, each lane loading its A fragment straight into registers (the values
+        at the 4 CSR positions ``frag_src`` lists for it, -1 for empty slots) and its B fragments
+        as two 16-byte loads: the warp's 32 columns are 4 MMAs of 8, and MMA j's column n is
+        column 4 n + j of the 32, so lane (g, t) holds columns 4g..4g+3 of B rows t and t + 4 for
+        all 4 MMAs at once (and its results are 8 adjacent columns).  FP32 accumulators in
+        registers across the tiles; the 4 warps' partial sums meet once in shared memory."""
         t = cuda.threadIdx.x
-        lane = t % 32
+        lane, warp = t % 32, t // 32
         g, k4 = lane // 4, lane % 4
-        j8 = (t // 32) * 8  # this warp's 8 columns of the 32
-        a_tile = cuda.shared.array(tile_size, value_type)
-        b_tile = cuda.shared.array(b_size, value_type)
-        out_tile = cuda.shared.array(out_size, value_type)
-        d0 = d1 = d2 = d3 = zero
-        for tile in range(tile_ptr[w], tile_ptr[w + 1]):
-            stage(a_tile, b_tile, w, tile, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
-            d0, d1, d2, d3 = mma_tf32(a_tile[g * TILE_COLS + k4], a_tile[(g + 8) * TILE_COLS + k4],
-                                      a_tile[g * TILE_COLS + k4 + 4], a_tile[(g + 8) * TILE_COLS + k4 + 4],
-                                      b_tile[k4 * COLS + j8 + g], b_tile[(k4 + 4) * COLS + j8 + g], d0, d1, d2, d3)
-            cuda.syncthreads()
-        out_tile[g * COLS + j8 + 2 * k4] = d0
-        out_tile[g * COLS + j8 + 2 * k4 + 1] = d1
-        out_tile[(g + 8) * COLS + j8 + 2 * k4] = d2
-        out_tile[(g + 8) * COLS + j8 + 2 * k4 + 1] = d3
+        n = B.shape[1]
+        width = col_ptr[w + 1] - col_ptr[w]
+        first_tile, n_tiles = tile_ptr[w], tile_ptr[w + 1] - tile_ptr[w]
+        d = cuda.local.array(16, value_type)
+        for u in range(16):
+            d[u] = zero
+        for r in range(0, n_tiles, 4):  # (every warp the same number of MMAs: the simulator's barriers)
+            lt = r + warp
+            a0 = a1 = a2 = a3 = zero
+            k0 = k1 = -1
+            if lt < n_tiles:
+                p0, p1, p2, p3 = load_src(frag_src, (frag_base[w] + lt) * 32 + lane, 0)
+                a0 = to_tf32(data[p0]) if p0 >= 0 else zero
+                a1 = to_tf32(data[p1]) if p1 >= 0 else zero
+                a2 = to_tf32(data[p2]) if p2 >= 0 else zero
+                a3 = to_tf32(data[p3]) if p3 >= 0 else zero
+                kk = lt * TILE_COLS + k4
+                k0 = cols[col_ptr[w] + kk] if kk < width else -1
+                k1 = cols[col_ptr[w] + kk + 4] if kk + 4 < width else -1
+            b00, b01, b02, b03 = b_row_values(B, k0, col0 + 4 * g, n)
+            b10, b11, b12, b13 = b_row_values(B, k1, col0 + 4 * g, n)
+            d[0], d[1], d[2], d[3] = mma_tf32(a0, a1, a2, a3, b00, b10, d[0], d[1], d[2], d[3])
+            d[4], d[5], d[6], d[7] = mma_tf32(a0, a1, a2, a3, b01, b11, d[4], d[5], d[6], d[7])
+            d[8], d[9], d[10], d[11] = mma_tf32(a0, a1, a2, a3, b02, b12, d[8], d[9], d[10], d[11])
+            d[12], d[13], d[14], d[15] = mma_tf32(a0, a1, a2, a3, b03, b13, d[12], d[13], d[14], d[15])
+        partial = cuda.shared.array(partial_size, value_type)
+        base = warp * out_size
+        for j in range(4):  # MMA j's c0, c1 (row g), c2, c3 (row g + 8): columns 8 k4 + j, + 4
+            partial[base + g * COLS + 8 * k4 + j] = d[4 * j]
+            partial[base + g * COLS + 8 * k4 + 4 + j] = d[4 * j + 1]
+            partial[base + (g + 8) * COLS + 8 * k4 + j] = d[4 * j + 2]
+            partial[base + (g + 8) * COLS + 8 * k4 + 4 + j] = d[4 * j + 3]
         cuda.syncthreads()
         for q in range(PER_THREAD):
-            acc[q] = out_tile[(t // 8) * COLS + t % 8 + 8 * q]
+            at = (t // 8) * COLS + t % 8 + 8 * q
+            acc[q] = partial[at] + partial[out_size + at] + partial[2 * out_size + at] + partial[3 * out_size + at]
         cuda.syncthreads()
 
     @cuda.jit(device=True, inline="always")
@@ -161,8 +200,8 @@ def window_paths(value_dtype, index_dtype, tf32=False):
         for q in range(PER_THREAD):
             acc[q] = zero
         if use_tiles[w]:
-            if tf32:
-                tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
+            if tf32:  # (tile_entry, tile_slot: frag_base, frag_src)
+                tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, tile_entry, tile_slot, B)
             else:
                 tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
         else:
@@ -172,7 +211,7 @@ def window_paths(value_dtype, index_dtype, tf32=False):
 
 
 @launch.kernel_factory
-def spmm_hc_kernel(value_dtype, index_dtype, tf32=False):
+def spmm_hc_kernel(value_dtype, index_dtype, tf32=False, vec4=False):
     """Compile-once factory of the hybrid HC-SpMM kernel (sum).
 
     Thread mapping: one block of 128 threads per (row window, 32 output columns); the window
@@ -180,7 +219,7 @@ def spmm_hc_kernel(value_dtype, index_dtype, tf32=False):
     per-window hybrid, paper 001 section IV-A: no merging, each window is one block's).
     """
     value_type = numba.from_dtype(np.dtype(value_dtype))
-    window_into = window_paths(value_dtype, index_dtype, tf32)
+    window_into = window_paths(value_dtype, index_dtype, tf32, vec4)
 
     @cuda.jit
     def spmm_hc(indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot,
@@ -285,10 +324,24 @@ def paths(A, mode):
     return A.cache.get_or_build("plans", ("hc_paths", mode), build)
 
 
-def _window_args(A, use_tiles):
+def fragments(A, mode):
+    """(frag_base, frag_src) on the device: where the tensor-core path finds each lane's A
+    fragment, for the windows ``mode`` puts on tiles
+    (:func:`numbasparse.preprocess.row_windows.fragment_sources`); kept in A's cache."""
+    def build():
+        host, _ = windows(A)
+        base, src = fragment_sources(host, paths(A, mode).copy_to_host(), A.indices.dtype)
+        return cuda.to_device(base), cuda.to_device(src)
+    return A.cache.get_or_build("plans", ("hc_fragments", mode), build)
+
+
+def _window_args(A, use_tiles, tile_arrays=None):
     device_windows = windows(A)[1]
-    return (A.indptr, A.indices, A.data, *(device_windows[name] for name in
-            ("col_ptr", "cols", "tile_ptr", "entry_ptr", "tile_entry", "tile_slot")), use_tiles)
+    names = ("col_ptr", "cols", "tile_ptr", "entry_ptr", "tile_entry", "tile_slot")
+    arrays = [device_windows[name] for name in names]
+    if tile_arrays is not None:  # the tensor-core path's fragment sources in place of the entries
+        arrays[4:] = tile_arrays
+    return (A.indptr, A.indices, A.data, *arrays, use_tiles)
 
 
 def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid", tf32=False):
@@ -298,9 +351,11 @@ def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid", tf32=False):
     m, n = C.shape
     if m == 0 or n == 0:
         return
-    kernel = spmm_hc_kernel(kernel_format(A.dtype), A.indices.dtype.str, bool(tf32))
+    vec4 = bool(tf32) and vector_width(n, 4, B) == 4
+    kernel = spmm_hc_kernel(kernel_format(A.dtype), A.indices.dtype.str, bool(tf32), vec4)
     grid = (cdiv(m, WINDOW), cdiv(n, COLS))
-    launch.run(kernel, grid, THREADS, stream, *_window_args(A, paths(A, mode)), B, C)
+    tile_arrays = fragments(A, mode) if tf32 else None
+    launch.run(kernel, grid, THREADS, stream, *_window_args(A, paths(A, mode), tile_arrays), B, C)
 
 
 def spmm_dense(A, X, W, out, *, stream=0, mode="hybrid"):

@@ -109,3 +109,34 @@ def row_windows(A):
     tile_ptr = np.concatenate([[0], np.cumsum(-(-n_cols // TILE_COLS))]).astype(np.int64)
     entry_ptr, tile_entry, tile_slot = _group_by_tile(indptr, entry_col, tile_ptr, A.shape[0])
     return RowWindows(len(nnz), col_ptr, cols, entry_col, tile_ptr, entry_ptr, tile_entry, tile_slot, nnz, n_cols)
+
+
+@njit(cache=True)
+def _fragment_sources(tile_ptr, entry_ptr, tile_entry, tile_slot, windows, n_tiles):
+    """Per tile of ``windows`` (in order), the CSR position of each value of the tensor-core
+    A fragment (mma m16n8k8: lane ``4 g + t`` holds rows g, g + 8 of columns t, t + 4), -1 where
+    the slot is empty: shape (n_tiles * 32, 4), row ``32 tile + lane``."""
+    out = np.full((n_tiles * 32, 4), -1, np.int64)
+    base = 0
+    for w in windows:
+        for tile in range(tile_ptr[w], tile_ptr[w + 1]):
+            f = base + tile - tile_ptr[w]
+            for e in range(entry_ptr[tile], entry_ptr[tile + 1]):
+                r, c = tile_slot[e] // TILE_COLS, tile_slot[e] % TILE_COLS
+                out[f * 32 + (r % 8) * 4 + c % 4, r // 8 + 2 * (c // 4)] = tile_entry[e]
+        base += tile_ptr[w + 1] - tile_ptr[w]
+    return out
+
+
+def fragment_sources(windows, use_tiles, index_dtype):
+    """(frag_base, frag_src) for the tensor-core tile path: ``frag_base[w]`` the first row block
+    of window w's tiles in ``frag_src`` (-1 for windows on the CUDA-core path) and ``frag_src``
+    (:func:`_fragment_sources`) in ``index_dtype``.  Positions, not values: the fragments stay
+    right when A's values change."""
+    chosen = np.flatnonzero(use_tiles)
+    tiles = windows.n_tiles[chosen]
+    frag_base = np.full(windows.n_windows, -1, np.int64)
+    frag_base[chosen] = np.concatenate([[0], np.cumsum(tiles)[:-1]]) if len(chosen) else []
+    src = _fragment_sources(windows.tile_ptr, windows.entry_ptr, windows.tile_entry, windows.tile_slot,
+                            chosen.astype(np.int64), int(tiles.sum()))
+    return frag_base, src.astype(index_dtype)

@@ -38,10 +38,12 @@ def test_hc_paths_match_reference(mode, shape, n):
     assert_close(C.copy_to_host(), spmm_reference(A, B), np.float32)
 
 
-@pytest.mark.parametrize("mode", ["tiles", "mixed"])
-def test_tensor_core_tiles_match_the_tf32_product(mode):
+@pytest.mark.parametrize("mode, n", [("tiles", 40), ("mixed", 40), ("tiles", 37)])
+def test_tensor_core_tiles_match_the_tf32_product(mode, n):
     """The dense-tile path on mma.sync (TF32): A @ B of the TF32-rounded operands to float32
-    accuracy, and A @ B itself to TF32's (about 2^-11 per product, relative)."""
+    accuracy, and A @ B itself to TF32's (about 2^-11 per product, relative).  Windows of 6
+    tiles (the 4 warps take unequal shares), a partial last column block, and N = 37 (B's
+    rows read one value at a time, past column N as zeros)."""
     from numbasparse.cuda import device, mma
 
     if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
@@ -49,9 +51,9 @@ def test_tensor_core_tiles_match_the_tf32_product(mode):
     rng = np.random.default_rng(5)
     A = _graph((37, 45), rng, density=0.3)
     A.data = rng.uniform(-1, 1, A.nnz)
-    B = rng.standard_normal((45, 40)).astype(np.float32)
+    B = rng.standard_normal((45, n)).astype(np.float32)
     dev = _setup(A, np.float32, mode)
-    C = cuda.to_device(np.full((37, 40), np.nan, np.float32))  # poisoned
+    C = cuda.to_device(np.full((37, n), np.nan, np.float32))  # poisoned
     hc.spmm_hc(dev, cuda.to_device(B), C, mode=mode, tf32=True)
     rounded = sp.csr_matrix((mma.tf32_bits(A.data.astype(np.float32)), A.indices, A.indptr), shape=A.shape)
     expected = spmm_reference(rounded, mma.tf32_bits(B)) if mode == "tiles" else None
