@@ -228,12 +228,13 @@ SPMM = _table(
     Algorithm("slab", "cuda", slab.spmm_slab,
               "column-slab tiles, one block per SM: B rows re-used from L1 (dense graphs, N >= 64)"),
     Algorithm("hc", "cuda", functools.partial(hc.spmm_hc, mode="hybrid"),
-              "HC-SpMM 16-row windows, dense-tile or CUDA-core path per window (LR selector)", ("sum",),
-              precisions=("ieee", "tf32")),
+              "HC-SpMM 16-row windows, dense-tile or CUDA-core path per window (LR selector); 16-bit tiles on "
+              "the tensor cores", ("sum",), dtypes=ALL_DTYPES, precisions=("ieee", "tf32")),
     Algorithm("hc_tiles", "cuda", functools.partial(hc.spmm_hc, mode="tiles"),
-              "HC-SpMM, every window on the dense-tile path", ("sum",), precisions=("ieee", "tf32")),
+              "HC-SpMM, every window on the dense-tile path", ("sum",), dtypes=ALL_DTYPES,
+              precisions=("ieee", "tf32")),
     Algorithm("hc_cores", "cuda", functools.partial(hc.spmm_hc, mode="cores"),
-              "HC-SpMM, every window on the CUDA-core path", ("sum",)),
+              "HC-SpMM, every window on the CUDA-core path", ("sum",), dtypes=ALL_DTYPES),
     Algorithm("tuned", "cuda", _spmm_tuned,
               "the fastest of auto's choice, HP variants, the column slab and G-Sparse tiles, timed once per "
               "graph, N, dtype, reduction and GPU", dtypes=ALL_DTYPES),

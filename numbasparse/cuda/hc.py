@@ -11,7 +11,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from ..dtypes import kernel_format
+from ..dtypes import is_half_format, kernel_format
 from ..preprocess.row_windows import TILE_COLS, WINDOW, fragment_sources, row_windows
 from . import launch, mma
 from .device import cdiv
@@ -27,7 +27,7 @@ assert WINDOW * TILE_COLS == THREADS  # one thread per slot of a 16x8 tile
 
 
 @launch.kernel_factory
-def window_paths(value_dtype, index_dtype, tf32=False, vec4=False):
+def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
     """The device function ``window_into(acc, w, col0, use_tiles, ...)``: each thread's 4
     accumulators set to its part of window w's product with 32 columns of B (from ``col0``), on
     the dense-tile path (``tiles_into``) or the CUDA-core path (``cores_into``), as
@@ -37,11 +37,12 @@ def window_paths(value_dtype, index_dtype, tf32=False, vec4=False):
     columns ``col0 + t % 8 + 8 q`` (q < 4), so each warp instruction reads 32 contiguous bytes
     of a row of B per row of the window.  16-bit values are read into float32.
 
-    ``tf32`` (float32 values): the dense-tile path on the tensor cores (``tiles_into_mma``,
-    ``mma.sync`` m16n8k8: TF32 inputs rounded from float32, FP32 accumulators); then the
-    arguments ``tile_entry, tile_slot`` are the fragment sources ``frag_base, frag_src`` of
-    :func:`fragments`.  ``vec4``: B's rows read 4 values per load (N a multiple of 4, B aligned
-    to 16 bytes).
+    ``tensor_cores`` (float32 values: ``mma.sync`` m16n8k8, TF32 inputs rounded from float32;
+    float16 and bfloat16 values: m16n8k16, whose products of 16-bit inputs are exact; FP32
+    accumulators in both): the dense-tile path is
+    ``tiles_into_mma`` and the arguments ``tile_entry, tile_slot`` are the fragment sources
+    ``frag_base, frag_src`` of :func:`fragments`.  ``vec4``: B's rows read 4 values per load
+    (N a multiple of 4, B aligned to 4 values).
     """
     _, value_type, compute = value_types(value_dtype)
     to_compute = converters(value_dtype)[0]
@@ -50,10 +51,15 @@ def window_paths(value_dtype, index_dtype, tf32=False, vec4=False):
     tile_size = WINDOW * TILE_COLS
     b_size = TILE_COLS * COLS
     out_size = WINDOW * COLS
+    half = is_half_format(value_dtype)
+    tf32 = tensor_cores and not half
     if tf32 and value_dtype != "<f4":
         raise ValueError(f"TF32 tensor cores take float32 values, not {value_dtype}")
     mma_tf32, to_tf32 = (mma.mma("tf32"), mma.to_tf32()) if tf32 else (None, None)
-    load4 = vector_load(4)
+    mma_16 = mma.mma("bf16" if value_dtype == "bf16" else "f16") if tensor_cores and half else None
+    pack_bits = mma.pack_bits
+    no_bits = numba.uint16(0)
+    load4 = vector_load(4)  # (16-bit B: 4 values' bits in one 8-byte load)
     load_src = vector_load(4)
     partial_size = THREADS // 32 * out_size  # each warp's 16 x 32 partial sums
 
@@ -127,7 +133,7 @@ def window_paths(value_dtype, index_dtype, tf32=False, vec4=False):
         g, k4 = lane // 4, lane % 4
         n = B.shape[1]
         width = col_ptr[w + 1] - col_ptr[w]
-        first_tile, n_tiles = tile_ptr[w], tile_ptr[w + 1] - tile_ptr[w]
+        n_tiles = tile_ptr[w + 1] - tile_ptr[w]
         d = cuda.local.array(16, value_type)
         for u in range(16):
             d[u] = zero
@@ -150,9 +156,82 @@ def window_paths(value_dtype, index_dtype, tf32=False, vec4=False):
             d[4], d[5], d[6], d[7] = mma_tf32(a0, a1, a2, a3, b01, b11, d[4], d[5], d[6], d[7])
             d[8], d[9], d[10], d[11] = mma_tf32(a0, a1, a2, a3, b02, b12, d[8], d[9], d[10], d[11])
             d[12], d[13], d[14], d[15] = mma_tf32(a0, a1, a2, a3, b03, b13, d[12], d[13], d[14], d[15])
+        warps_into(acc, d)
+
+    @cuda.jit(device=True, inline="always")
+    def b_row_bits(B, k, j, n):
+        """The bits of 16-bit B[k, j:j + 4] (zeros past column n or for k < 0)."""
+        if k < 0 or j >= n:
+            return no_bits, no_bits, no_bits, no_bits
+        if vec4:
+            return load4(B, k, j)
+        v = cuda.local.array(4, numba.uint16)
+        for u in range(4):
+            v[u] = B[k, j + u] if j + u < n else no_bits
+        return v[0], v[1], v[2], v[3]
+
+    @cuda.jit(device=True, inline="always")
+    def bits_at(data, p):
+        return data[p] if p >= 0 else no_bits
+
+    @cuda.jit(device=True, inline="always")
+    def tiles_into_mma16(acc, w, col0, data, col_ptr, cols, tile_ptr, frag_base, frag_src, B):
+        """``tiles_into_mma`` for 16-bit values on m16n8k16: each MMA tile is two 8-column tiles
+        (16 condensed columns); lane (g, t) packs the pairs of its A fragment from 8 CSR
+        positions and its B fragments from rows 2t, 2t + 1, 2t + 8, 2t + 9 (four 8-byte loads:
+        columns 4g..4g+3 for all 4 MMAs, as there)."""
+        t = cuda.threadIdx.x
+        lane, warp = t % 32, t // 32
+        g, k4 = lane // 4, lane % 4
+        n = B.shape[1]
+        width = col_ptr[w + 1] - col_ptr[w]
+        n_tiles = (tile_ptr[w + 1] - tile_ptr[w] + 1) // 2
+        d = cuda.local.array(16, value_type)
+        for u in range(16):
+            d[u] = zero
+        for r in range(0, n_tiles, 4):  # (every warp the same number of MMAs: the simulator's barriers)
+            lt = r + warp
+            a0 = a1 = a2 = a3 = numba.uint32(0)
+            k0 = k1 = k2 = k3 = -1
+            if lt < n_tiles:
+                row = (frag_base[w] + lt) * 32 + lane
+                p0, p1, p2, p3 = load_src(frag_src, row, 0)
+                p4, p5, p6, p7 = load_src(frag_src, row, 4)
+                a0 = pack_bits(bits_at(data, p0), bits_at(data, p1))
+                a1 = pack_bits(bits_at(data, p2), bits_at(data, p3))
+                a2 = pack_bits(bits_at(data, p4), bits_at(data, p5))
+                a3 = pack_bits(bits_at(data, p6), bits_at(data, p7))
+                kk = col_ptr[w] + lt * 2 * TILE_COLS + 2 * k4
+                last = col_ptr[w] + width
+                k0 = cols[kk] if kk < last else -1
+                k1 = cols[kk + 1] if kk + 1 < last else -1
+                k2 = cols[kk + 8] if kk + 8 < last else -1
+                k3 = cols[kk + 9] if kk + 9 < last else -1
+            b00, b01, b02, b03 = b_row_bits(B, k0, col0 + 4 * g, n)
+            b10, b11, b12, b13 = b_row_bits(B, k1, col0 + 4 * g, n)
+            b20, b21, b22, b23 = b_row_bits(B, k2, col0 + 4 * g, n)
+            b30, b31, b32, b33 = b_row_bits(B, k3, col0 + 4 * g, n)
+            d[0], d[1], d[2], d[3] = mma_16(a0, a1, a2, a3, pack_bits(b00, b10), pack_bits(b20, b30),
+                                            d[0], d[1], d[2], d[3])
+            d[4], d[5], d[6], d[7] = mma_16(a0, a1, a2, a3, pack_bits(b01, b11), pack_bits(b21, b31),
+                                            d[4], d[5], d[6], d[7])
+            d[8], d[9], d[10], d[11] = mma_16(a0, a1, a2, a3, pack_bits(b02, b12), pack_bits(b22, b32),
+                                              d[8], d[9], d[10], d[11])
+            d[12], d[13], d[14], d[15] = mma_16(a0, a1, a2, a3, pack_bits(b03, b13), pack_bits(b23, b33),
+                                                d[12], d[13], d[14], d[15])
+        warps_into(acc, d)
+
+    @cuda.jit(device=True, inline="always")
+    def warps_into(acc, d):
+        """``acc`` = the sum of the 4 warps' MMA accumulators ``d`` (4 MMAs x c0..c3 per lane;
+        MMA j's c0, c1 are row g, columns 8t + j and 8t + 4 + j of the 32, c2, c3 row g + 8)
+        through shared memory, in the threads' output layout."""
+        t = cuda.threadIdx.x
+        lane, warp = t % 32, t // 32
+        g, k4 = lane // 4, lane % 4
         partial = cuda.shared.array(partial_size, value_type)
         base = warp * out_size
-        for j in range(4):  # MMA j's c0, c1 (row g), c2, c3 (row g + 8): columns 8 k4 + j, + 4
+        for j in range(4):
             partial[base + g * COLS + 8 * k4 + j] = d[4 * j]
             partial[base + g * COLS + 8 * k4 + 4 + j] = d[4 * j + 1]
             partial[base + (g + 8) * COLS + 8 * k4 + j] = d[4 * j + 2]
@@ -200,7 +279,9 @@ def window_paths(value_dtype, index_dtype, tf32=False, vec4=False):
         for q in range(PER_THREAD):
             acc[q] = zero
         if use_tiles[w]:
-            if tf32:  # (tile_entry, tile_slot: frag_base, frag_src)
+            if tensor_cores and half:  # (tile_entry, tile_slot: frag_base, frag_src)
+                tiles_into_mma16(acc, w, col0, data, col_ptr, cols, tile_ptr, tile_entry, tile_slot, B)
+            elif tf32:
                 tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, tile_entry, tile_slot, B)
             else:
                 tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
@@ -211,15 +292,16 @@ def window_paths(value_dtype, index_dtype, tf32=False, vec4=False):
 
 
 @launch.kernel_factory
-def spmm_hc_kernel(value_dtype, index_dtype, tf32=False, vec4=False):
+def spmm_hc_kernel(value_dtype, index_dtype, tensor_cores=False, vec4=False, float_out=False):
     """Compile-once factory of the hybrid HC-SpMM kernel (sum).
 
     Thread mapping: one block of 128 threads per (row window, 32 output columns); the window
     takes the dense-tile path where ``use_tiles[w]``, else the CUDA-core path (HC-SpMM's
     per-window hybrid, paper 001 section IV-A: no merging, each window is one block's).
     """
-    value_type = numba.from_dtype(np.dtype(value_dtype))
-    window_into = window_paths(value_dtype, index_dtype, tf32, vec4)
+    _, value_type, _ = value_types(value_dtype)
+    to_storage = converters("<f4" if float_out else value_dtype)[1]  # (float_out: a float32 C for 16-bit values)
+    window_into = window_paths(value_dtype, index_dtype, tensor_cores, vec4)
 
     @cuda.jit
     def spmm_hc(indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot,
@@ -236,7 +318,7 @@ def spmm_hc_kernel(value_dtype, index_dtype, tf32=False, vec4=False):
             for q in range(PER_THREAD):
                 j = col0 + t % 8 + 8 * q
                 if j < n:
-                    C[row, j] = acc[q]
+                    C[row, j] = to_storage(acc[q])
 
     return spmm_hc
 
@@ -324,15 +406,15 @@ def paths(A, mode):
     return A.cache.get_or_build("plans", ("hc_paths", mode), build)
 
 
-def fragments(A, mode):
+def fragments(A, mode, wide=False):
     """(frag_base, frag_src) on the device: where the tensor-core path finds each lane's A
-    fragment, for the windows ``mode`` puts on tiles
-    (:func:`numbasparse.preprocess.row_windows.fragment_sources`); kept in A's cache."""
+    fragment, for the windows ``mode`` puts on tiles (``wide``: m16n8k16's 16-column tiles;
+    :func:`numbasparse.preprocess.row_windows.fragment_sources`); kept in A's cache."""
     def build():
         host, _ = windows(A)
-        base, src = fragment_sources(host, paths(A, mode).copy_to_host(), A.indices.dtype)
+        base, src = fragment_sources(host, paths(A, mode).copy_to_host(), A.indices.dtype, wide)
         return cuda.to_device(base), cuda.to_device(src)
-    return A.cache.get_or_build("plans", ("hc_fragments", mode), build)
+    return A.cache.get_or_build("plans", ("hc_fragments", mode, wide), build)
 
 
 def _window_args(A, use_tiles, tile_arrays=None):
@@ -347,14 +429,19 @@ def _window_args(A, use_tiles, tile_arrays=None):
 def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid", tf32=False):
     """Launch HC-SpMM: ``C = A @ B`` (sum only), each window on the path ``mode`` gives it
     (:func:`paths`); ``tf32``: the dense-tile path on the tensor cores (float32 operands,
-    TF32 inputs: relative errors near 1e-3; sm_80 and later)."""
+    TF32 inputs: relative errors near 1e-3; sm_80 and later).  float16 and bfloat16 operands
+    always take their tiles on the tensor cores (sm_80 and later), accumulated in float32 and
+    rounded once."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
-    vec4 = bool(tf32) and vector_width(n, 4, B) == 4
-    kernel = spmm_hc_kernel(kernel_format(A.dtype), A.indices.dtype.str, bool(tf32), vec4)
+    fmt = kernel_format(A.dtype)
+    half = is_half_format(fmt)
+    tensor_cores = bool(tf32) or half
+    vec4 = tensor_cores and vector_width(n, B.dtype.itemsize, B) >= 4
+    kernel = spmm_hc_kernel(fmt, A.indices.dtype.str, tensor_cores, vec4, half and C.dtype.itemsize == 4)
     grid = (cdiv(m, WINDOW), cdiv(n, COLS))
-    tile_arrays = fragments(A, mode) if tf32 else None
+    tile_arrays = fragments(A, mode, wide=half) if tensor_cores else None
     launch.run(kernel, grid, THREADS, stream, *_window_args(A, paths(A, mode), tile_arrays), B, C)
 
 

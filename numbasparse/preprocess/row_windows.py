@@ -112,31 +112,43 @@ def row_windows(A):
 
 
 @njit(cache=True)
-def _fragment_sources(tile_ptr, entry_ptr, tile_entry, tile_slot, windows, n_tiles):
-    """Per tile of ``windows`` (in order), the CSR position of each value of the tensor-core
-    A fragment (mma m16n8k8: lane ``4 g + t`` holds rows g, g + 8 of columns t, t + 4), -1 where
-    the slot is empty: shape (n_tiles * 32, 4), row ``32 tile + lane``."""
-    out = np.full((n_tiles * 32, 4), -1, np.int64)
+def _fragment_sources(tile_ptr, entry_ptr, tile_entry, tile_slot, windows, n_tiles, wide):
+    """Per MMA tile of ``windows`` (in order), the CSR position of each value of the lanes' A
+    fragments, -1 where the slot is empty: rows ``32 tile + lane``.  m16n8k8 (TF32, 8 columns
+    per tile): lane ``4 g + t`` holds rows g, g + 8 of columns t, t + 4, shape (n_tiles * 32,
+    4).  ``wide``, m16n8k16 (16-bit, two 8-column tiles per MMA tile): lane ``4 g + t`` holds
+    register i's pair of columns ``2 t + 8 (i // 2)`` and the next of row ``g + 8 (i % 2)``,
+    at positions ``2 i`` (low half) and ``2 i + 1``, shape (n_tiles * 32, 8)."""
+    per_lane = 8 if wide else 4
+    out = np.full((n_tiles * 32, per_lane), -1, np.int64)
     base = 0
     for w in windows:
         for tile in range(tile_ptr[w], tile_ptr[w + 1]):
-            f = base + tile - tile_ptr[w]
+            local = tile - tile_ptr[w]
             for e in range(entry_ptr[tile], entry_ptr[tile + 1]):
                 r, c = tile_slot[e] // TILE_COLS, tile_slot[e] % TILE_COLS
-                out[f * 32 + (r % 8) * 4 + c % 4, r // 8 + 2 * (c // 4)] = tile_entry[e]
-        base += tile_ptr[w + 1] - tile_ptr[w]
+                if wide:
+                    cc = (local % 2) * TILE_COLS + c  # column within the 16 of MMA tile local // 2
+                    lane = (r % 8) * 4 + (cc % 8) // 2
+                    out[(base + local // 2) * 32 + lane, 2 * (r // 8 + 2 * (cc // 8)) + cc % 2] = tile_entry[e]
+                else:
+                    out[(base + local) * 32 + (r % 8) * 4 + c % 4, r // 8 + 2 * (c // 4)] = tile_entry[e]
+        tiles = tile_ptr[w + 1] - tile_ptr[w]
+        base += (tiles + 1) // 2 if wide else tiles
     return out
 
 
-def fragment_sources(windows, use_tiles, index_dtype):
-    """(frag_base, frag_src) for the tensor-core tile path: ``frag_base[w]`` the first row block
-    of window w's tiles in ``frag_src`` (-1 for windows on the CUDA-core path) and ``frag_src``
-    (:func:`_fragment_sources`) in ``index_dtype``.  Positions, not values: the fragments stay
-    right when A's values change."""
+def fragment_sources(windows, use_tiles, index_dtype, wide=False):
+    """(frag_base, frag_src) for the tensor-core tile path: ``frag_base[w]`` the first MMA tile
+    of window w in ``frag_src`` (-1 for windows on the CUDA-core path) and ``frag_src``
+    (:func:`_fragment_sources`; ``wide``: 16-column tiles for m16n8k16) in ``index_dtype``.
+    Positions, not values: the fragments stay right when A's values change."""
     chosen = np.flatnonzero(use_tiles)
     tiles = windows.n_tiles[chosen]
+    if wide:
+        tiles = -(-tiles // 2)
     frag_base = np.full(windows.n_windows, -1, np.int64)
     frag_base[chosen] = np.concatenate([[0], np.cumsum(tiles)[:-1]]) if len(chosen) else []
     src = _fragment_sources(windows.tile_ptr, windows.entry_ptr, windows.tile_entry, windows.tile_slot,
-                            chosen.astype(np.int64), int(tiles.sum()))
+                            chosen.astype(np.int64), int(tiles.sum()), wide)
     return frag_base, src.astype(index_dtype)

@@ -66,6 +66,40 @@ def test_tensor_core_tiles_match_the_tf32_product(mode, n):
                    cuda.device_array((37, 40)), mode="tiles", tf32=True)
 
 
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("mode, n", [("tiles", 40), ("mixed", 37), ("cores", 40)])
+def test_half_tiles_on_the_tensor_cores_match_the_float32_sum(name, mode, n):
+    """16-bit values: the tiles on m16n8k16 (exact products, float32 sums), windows of 3-4 MMA
+    tiles of 16 columns (the last one partial), N = 37 read one value at a time.  Into a float32
+    ``out``: the float32 sum of the rounded operands; in the operands' dtype: rounded once."""
+    import ml_dtypes
+
+    import numbasparse as ns
+    from numbasparse.cuda import device
+
+    if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
+        pytest.skip("16-bit tensor cores need sm_80")
+    dtype = np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else np.float16)
+    rng = np.random.default_rng(6)
+    A = _graph((37, 60), rng, density=0.3)
+    A.data = rng.uniform(-1, 1, A.nnz)
+    B = rng.standard_normal((60, n)).astype(dtype)
+    rounded = sp.csr_matrix((A.data.astype(dtype).astype(np.float64), A.indices, A.indptr), shape=A.shape)
+    expected = spmm_reference(rounded, B.astype(np.float64))
+    dev = _setup(A, dtype, mode)
+    out = np.full((37, n), np.nan, np.float32)  # poisoned
+    if mode == "mixed":  # (the injected per-window paths are read by hc.spmm_hc: 16-bit values as bits)
+        C = cuda.to_device(out)
+        hc.spmm_hc(dev, cuda.to_device(B.view(np.uint16)), C, mode="mixed")
+        out = C.copy_to_host()
+    else:
+        ns.spmm(dev, B, algorithm=f"hc_{mode}", backend="cuda", out=out)
+    assert_close(out, expected, np.float32, np.abs(rounded) @ np.abs(B.astype(np.float64)))
+    C = ns.spmm(dev, B, algorithm="hc_tiles", backend="cuda")
+    assert C.dtype == dtype
+    assert np.linalg.norm(C.astype(np.float64) - expected) / np.linalg.norm(expected) <= 2.0 ** -8
+
+
 def test_hc_dense_window_float64():
     rng = np.random.default_rng()
     A = sp.csr_matrix(rng.random((18, 12)))  # every slot of every tile is a nonzero

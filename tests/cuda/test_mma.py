@@ -109,8 +109,10 @@ kernels += [(test_mma.half_product_kernel(k).py_func, (u16, u16, f32, f32)) for 
 from numba import boolean, int32, int64
 from numbasparse.cuda import hc
 i32, i64 = int32[::1], int64[::1]
-kernels.append((hc.spmm_hc_kernel("<f4", "<i4", True).py_func,
-                (i32, i32, float32[::1], i64, i64, i64, i64, i64, i64, boolean[::1], f32, f32)))
+fragments = (i64, i64, i64, i64, i64, int32[:, ::1], boolean[::1])  # (windows, frag_base, frag_src, paths)
+kernels.append((hc.spmm_hc_kernel("<f4", "<i4", True, True).py_func, (i32, i32, float32[::1], *fragments, f32, f32)))
+kernels += [(hc.spmm_hc_kernel(fmt, "<i4", True, True).py_func, (i32, i32, uint16[::1], *fragments, u16, u16))
+            for fmt in ("<f2", "bf16")]
 for fn, signature in kernels:
     for cc in ((8, 0), (9, 0)):
         ptx, _ = cuda.compile_ptx(fn, signature, cc=cc)
