@@ -268,9 +268,8 @@ class DistGraph:
             self._blocks, self._block_csrs, self._default_blocks = (per_source, {}), {}, {}
         built = self._blocks[1]
         if transpose not in built:
-            pattern = self.graph.pattern()
-            rows = np.repeat(np.arange(self.n_owned), np.diff(pattern.indptr))
-            cols = pattern.indices
+            row_ptr, cols = (a.cpu().numpy() for a in self.graph._csr_parts[False][:2])  # (no host ones kept)
+            rows = np.repeat(np.arange(self.n_owned), np.diff(row_ptr))
             index = np.int32 if max(self.n_owned + self.n_halo, self.graph.nnz) < 2**31 else np.int64
             if per_source:
                 sources = [(self.rank - k) % self.world for k in range(1, self.world)]
