@@ -100,6 +100,21 @@ def test_half_tiles_on_the_tensor_cores_match_the_float32_sum(name, mode, n):
     assert np.linalg.norm(C.astype(np.float64) - expected) / np.linalg.norm(expected) <= 2.0 ** -8
 
 
+@pytest.mark.parametrize("tf32", [False, True])
+def test_a_non_finite_b_row_reaches_every_row_of_its_tile_window(tf32):
+    """What the README says: the tiles are dense, so 0 x Inf in an empty slot is NaN."""
+    from numbasparse.cuda import device
+
+    if tf32 and not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
+        pytest.skip("TF32 tensor cores need sm_80")
+    A = sp.csr_matrix(([1.0, 2.0], ([0, 1], [0, 1])), shape=(2, 2))  # row 1 does not use B[0]
+    B = np.array([[np.inf], [1.0]], np.float32)
+    dev = _setup(A, np.float32, "tiles")
+    C = cuda.to_device(np.zeros((2, 1), np.float32))
+    hc.spmm_hc(dev, cuda.to_device(B), C, mode="tiles", tf32=tf32)
+    assert np.isinf(C.copy_to_host()[0, 0]) and np.isnan(C.copy_to_host()[1, 0])
+
+
 def test_hc_dense_window_float64():
     rng = np.random.default_rng()
     A = sp.csr_matrix(rng.random((18, 12)))  # every slot of every tile is a nonzero
