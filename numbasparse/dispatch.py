@@ -309,6 +309,8 @@ def auto_name(op, backend, n_cols, itemsize=4, matrix=None, dtype=None):
 
 
 PRECISIONS = ("ieee", "tf32")
+#: SpMM algorithms whose 16-bit dense tiles run on the tensor cores (sm_80 and later).
+TENSOR_CORE_TILES = ("hc", "hc_tiles")
 
 
 def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4, matrix=None, dtype=None,
@@ -344,6 +346,8 @@ def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4,
         if precision == "tf32":
             require_sm80("TF32 tensor cores (precision='tf32')", "precision='ieee'")
     name = algorithm if algorithm != "auto" else auto_name(op, backend, n_cols, itemsize, matrix, dtype)
+    if backend == "cuda" and name in TENSOR_CORE_TILES and dtype is not None and dtype.name == "float16":
+        require_sm80(f"float16 tiles on the tensor cores (algorithm {name!r})", "algorithm 'hp' or 'hc_cores'")
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")
     if dtype is not None and dtype.name not in table[name].dtypes:

@@ -129,8 +129,9 @@ class DistGraph:
     exchanges: False where no rank of the group has a halo (then no exchange ever runs).
     values: the local entries' values (a tensor, in ``graph``'s entry order);
     ``edges()``: their global (row, column) ids.
-    pipeline: how :func:`spmm` overlaps the exchange with the products: None (the rule,
-    :func:`pipeline_split`), "sources", "halo" or "off"; set it alike on every rank.
+    pipeline: how :func:`spmm` and :func:`sddmm` overlap the exchange with the products: None
+    (the rule, :func:`pipeline_split`), "sources", "halo" or "off"; set it alike on every rank.
+    Pipelined calls differentiate once (no ``create_graph``: set "off" for higher derivatives).
     """
 
     def __init__(self, A, *, partition=None, method="contiguous", group=None, device="cpu", dtype=torch.float32):
@@ -166,7 +167,7 @@ class DistGraph:
         self._recv_offsets = np.concatenate([[0], np.cumsum(self._recv_counts)]).astype(np.int64)
         self._blocks, self._block_csrs = (None, {}), {}  # the pipeline's column blocks of one split, built on first use
         self._default_blocks = {}  # ... with dg.values, kept while they are unchanged
-        self.pipeline = None  # spmm's split of the halo: None (the rule), "sources", "halo" or "off"
+        self.pipeline = None  # the pipeline's split of the halo: None (the rule), "sources", "halo" or "off"
         # Where no rank has a halo (one rank, or disconnected parts) the exchange is skipped on
         # every rank: appending an empty halo would copy X on each call for nothing.
         rows = torch.tensor([int(self._recv_counts.sum())], dtype=torch.int64, device=self._comm_device)
@@ -473,6 +474,7 @@ def _pipelined_owned_grad(dg, values, G, per_source):
                         sent[begin:end] = grads[begin:end]
                 except Exception as exc:  # noqa: BLE001 (raised once every round is posted and done:
                     failure = exc  # the other ranks wait on this rank's rounds)
+                    sent[begin:].fill_(float("nan"))  # (what is still sent: NaN, not stale memory)
             rounds.append(dg._post(pairs, sent, dg._recv_offsets, back, dg._send_offsets))
     try:
         if failure is None:
@@ -498,7 +500,7 @@ class _PipelinedSpmm(torch.autograd.Function):
         (_, _, owned, _), *received = dg._with_values(values, per_source)
         C, halo = _overlapped(dg, X, per_source, received, lambda: api.spmm(owned, X.detach()),
                               lambda C, block, entries, H: _add_product(C, block, H))
-        ctx.dg, ctx.per_source, ctx.default_values = dg, per_source, values is dg.values
+        ctx.dg, ctx.per_source = dg, per_source
         ctx.save_for_backward(values, *((X, halo) if ctx.needs_input_grad[0] else ()))
         return C
 
@@ -511,8 +513,8 @@ class _PipelinedSpmm(torch.autograd.Function):
         dC = dC.contiguous()
         if ctx.needs_input_grad[0]:  # a_ij: <dC_i, [X; halo]_j>
             dvalues = nst._run("sddmm", torch.ones_like(values), dC, torch.cat(operands), dg.graph.key)
-        if ctx.needs_input_grad[1]:  # (dg.values itself: its blocks are kept)
-            dX = _pipelined_owned_grad(dg, dg.values if ctx.default_values else values.detach(), dC, ctx.per_source)
+        if ctx.needs_input_grad[1]:  # (the saved values are the forward's object: dg.values keeps its blocks)
+            dX = _pipelined_owned_grad(dg, values, dC, ctx.per_source)
         return dvalues, dX, None, None
 
 
@@ -637,8 +639,13 @@ def sddmm(dg, X, Y, values=None):
     dg._check_pipeline()
     if X.dim() == 2 and Y.dim() == 2:
         x, y, v = nst._autocast(X, Y, dg.values if values is None else values)
-        alike = x.dtype == y.dtype and x.device == y.device and x.shape[1] == y.shape[1]
-        split = _split(dg, y, v, x) if alike else "off"  # (mismatches: the plain path's errors)
+        # (before any exchange: a rank whose operands differ must not pick another path than the rest)
+        if x.shape[1] != y.shape[1]:
+            raise ValueError(f"X and Y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
+        if x.dtype != y.dtype or x.device != y.device:
+            raise TypeError(f"X ({x.dtype}, {x.device}) and Y ({y.dtype}, {y.device}) must have the same dtype "
+                            f"and device")
+        split = _split(dg, y, v, x)
         if split != "off":
             return _PipelinedSddmm.apply(nst._values(dg.graph, v, x), x.contiguous(), y.contiguous(), dg,
                                          split == "sources")

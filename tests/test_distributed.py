@@ -151,9 +151,19 @@ def _check_pipelined_sum_matches_exchange_then_multiply(rank, world):
     mine.data.mul_(-1.0)  # (a write torch does not count: values other than dg.values are read per call)
     _close(nsd.spmm(dg, X, mine), -first.numpy())
 
+    # the gradient through dg.values' kept blocks (transposed too)
+    x = X.clone().requires_grad_()
+    (nst.spmm(dg.graph, nsd.halo_exchange(dg, x)) * weights).sum().backward()
+    expected_grad, x.grad = x.grad, None
+    for split in ("sources", "halo"):
+        dg.pipeline = split
+        for _ in range(2):
+            (nsd.spmm(dg, x) * weights).sum().backward()
+            _close(x.grad, expected_grad.numpy())
+            x.grad = None
+
     # an error on one rank after its sends and receives were posted, in the forward and in the
     # backward: raised there, nothing hangs
-    x = X.clone().requires_grad_()
     for split in ("sources", "halo"):
         dg.pipeline = split
         out = nsd.spmm(dg, x)

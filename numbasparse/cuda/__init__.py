@@ -59,12 +59,12 @@ def kernel_configs():
                         (*csr, *windows, V[:, ::1], V[:, ::1])))
         if value == "<f4":  # the dense tiles on the tensor cores (TF32; 16-bit values): fragment sources
             fragments = (*windows[:4], numba.int64[::1], I[:, ::1], numba.boolean[::1])
-            for fmt in ("<f4", "<f2", "bf16"):
+            for fmt, float_out in (("<f4", False), ("<f2", False), ("bf16", False), ("bf16", True)):
                 D = V if fmt == "<f4" else numba.uint16
                 for vec4 in (True, False):
-                    configs.append((f"spmm_hc tensor cores vec4={vec4} {fmt}/{index}",
-                                    hc.spmm_hc_kernel(fmt, index, True, vec4),
-                                    (I[::1], I[::1], D[::1], *fragments, D[:, ::1], D[:, ::1])))
+                    configs.append((f"spmm_hc tensor cores vec4={vec4} float_out={float_out} {fmt}/{index}",
+                                    hc.spmm_hc_kernel(fmt, index, True, vec4, float_out),
+                                    (I[::1], I[::1], D[::1], *fragments, D[:, ::1], (V if float_out else D)[:, ::1])))
         configs.append((f"spmm_dense {value}/{index}", hc.spmm_dense_kernel(value, index),
                         (*csr, *windows, V[:, ::1], V[:, ::1], V[:, ::1])))
         for q, xy, z in ((4, 4, 4), (8, 4, 4), (8, 1, 1)):  # the most registers: widest vectors; misaligned

@@ -1,6 +1,7 @@
-"""HC-SpMM (paper 001): per 16-row window, a dense-tile path that emulates the tensor-core
-computation on CUDA cores, or a CUDA-core path over the window's CSR entries, in one launch;
-and the fused GCN layer ``(A @ X) @ W`` built from the same two paths (paper 001, section V-A).
+"""HC-SpMM (paper 001): per 16-row window, a dense-tile path (on the tensor cores through
+``mma.sync`` for TF32 and 16-bit operands, else emulated on CUDA cores) or a CUDA-core path over
+the window's CSR entries, in one launch; and the fused GCN layer ``(A @ X) @ W`` built from the
+same two paths (paper 001, section V-A; its tiles emulated).
 
 Which path each window takes is a boolean array per window (:func:`paths`): the
 logistic-regression selector of :mod:`numbasparse.select` fills it, or a forced mode.  The
@@ -39,8 +40,8 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
 
     ``tensor_cores`` (float32 values: ``mma.sync`` m16n8k8, TF32 inputs rounded from float32;
     float16 and bfloat16 values: m16n8k16, whose products of 16-bit inputs are exact; FP32
-    accumulators in both): the dense-tile path is
-    ``tiles_into_mma`` and the arguments ``tile_entry, tile_slot`` are the fragment sources
+    accumulators in both): the dense-tile path is ``tiles_into_mma`` (16-bit:
+    ``tiles_into_mma16``) and the arguments ``tile_entry, tile_slot`` are the fragment sources
     ``frag_base, frag_src`` of :func:`fragments`.  ``vec4``: B's rows read 4 values per load
     (N a multiple of 4, B aligned to 4 values).
     """
@@ -124,8 +125,8 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
         """Dense-tile path on the tensor cores (``tf32``), no staging: warp q takes tiles q, q + 4,
         ... of the window, each lane loading its A fragment straight into registers (the values
         at the 4 CSR positions ``frag_src`` lists for it, -1 for empty slots) and its B fragments
-        as two 16-byte loads: the warp's 32 columns are 4 MMAs of 8, and MMA j's column n is
-        column 4 n + j of the 32, so lane (g, t) holds columns 4g..4g+3 of B rows t and t + 4 for
+        as two 16-byte loads (``vec4``; else 4 scalar loads each): the warp's 32 columns are 4
+        MMAs of 8, and MMA j's column n is column 4 n + j of the 32, so lane (g, t) holds columns 4g..4g+3 of B rows t and t + 4 for
         all 4 MMAs at once (and its results are 8 adjacent columns).  FP32 accumulators in
         registers across the tiles; the 4 warps' partial sums meet once in shared memory."""
         t = cuda.threadIdx.x
@@ -431,13 +432,14 @@ def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid", tf32=False):
     (:func:`paths`); ``tf32``: the dense-tile path on the tensor cores (float32 operands,
     TF32 inputs: relative errors near 1e-3; sm_80 and later).  float16 and bfloat16 operands
     always take their tiles on the tensor cores (sm_80 and later), accumulated in float32 and
-    rounded once."""
+    rounded once.  The tiles are dense: an Inf or NaN in a row of B that any row of a window
+    uses makes the window's other rows NaN too (0 x Inf in their empty slots)."""
     m, n = C.shape
     if m == 0 or n == 0:
         return
     fmt = kernel_format(A.dtype)
     half = is_half_format(fmt)
-    tensor_cores = bool(tf32) or half
+    tensor_cores = bool(tf32) or (half and mode != "cores")  # (cores: no tile, no sm_80 needed)
     vec4 = tensor_cores and vector_width(n, B.dtype.itemsize, B) >= 4
     kernel = spmm_hc_kernel(fmt, A.indices.dtype.str, tensor_cores, vec4, half and C.dtype.itemsize == 4)
     grid = (cdiv(m, WINDOW), cdiv(n, COLS))

@@ -841,8 +841,9 @@ def precompile_variants(A, B, X, reduce):
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
     single launch only) and, once per call with ``reduce="sum"``, HP-SDDMM's walk past runs of
     empty rows and (float32 and float64) the accumulating kernel of both depths
-    (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which of them a graph reaches depends on its rows and hub rows, and no set of
-    small graphs is sure to reach them all at every width.  B (K, N) and X (M, N): device
+    (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
+    of them a graph reaches depends on its rows and hub rows, and no set of small graphs is sure
+    to reach them all at every width.  B (K, N) and X (M, N): device
     arrays as the kernels take them (16-bit values as their bits); results discarded."""
     half = is_half(A.dtype)
     C = cuda.device_array((A.shape[0], B.shape[1]), storage_dtype(A.dtype))

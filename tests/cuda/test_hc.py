@@ -42,14 +42,16 @@ def test_hc_paths_match_reference(mode, shape, n):
 def test_tensor_core_tiles_match_the_tf32_product(mode, n):
     """The dense-tile path on mma.sync (TF32): A @ B of the TF32-rounded operands to float32
     accuracy, and A @ B itself to TF32's (about 2^-11 per product, relative).  Windows of 6
-    tiles (the 4 warps take unequal shares), a partial last column block, and N = 37 (B's
-    rows read one value at a time, past column N as zeros)."""
+    tiles (the 4 warps take unequal shares) and one of none, a partial last column block, and
+    N = 37 (B's rows read one value at a time, past column N as zeros)."""
     from numbasparse.cuda import device, mma
 
     if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
         pytest.skip("TF32 tensor cores need sm_80")
     rng = np.random.default_rng(5)
-    A = _graph((37, 45), rng, density=0.3)
+    A = _graph((37, 45), rng, density=0.3).tolil()
+    A[16:32] = 0  # a window without tiles
+    A = A.tocsr()
     A.data = rng.uniform(-1, 1, A.nnz)
     B = rng.standard_normal((45, n)).astype(np.float32)
     dev = _setup(A, np.float32, mode)
@@ -81,7 +83,9 @@ def test_half_tiles_on_the_tensor_cores_match_the_float32_sum(name, mode, n):
         pytest.skip("16-bit tensor cores need sm_80")
     dtype = np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else np.float16)
     rng = np.random.default_rng(6)
-    A = _graph((37, 60), rng, density=0.3)
+    A = _graph((37, 60), rng, density=0.3).tolil()
+    A[16:32] = 0  # a window without tiles
+    A = A.tocsr()
     A.data = rng.uniform(-1, 1, A.nnz)
     B = rng.standard_normal((60, n)).astype(dtype)
     rounded = sp.csr_matrix((A.data.astype(dtype).astype(np.float64), A.indices, A.indptr), shape=A.shape)

@@ -48,9 +48,9 @@ def test_row_split_across_many_warps(reduce, single):
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
-@given(A=graphs(), n=st.sampled_from((1, 7, 33)), nnz_per_group=st.sampled_from([1, 7, None]),
+@given(A=graphs(), n=st.sampled_from((1, 8, 33)), nnz_per_group=st.sampled_from([1, 7, None]),
        dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**32 - 1))
-@settings(max_examples=10)  # wide N adds only simulated threads: the column loop is the plain kernel's
+@settings(max_examples=10)  # (8: vector loads; wider N adds only simulated threads)
 def test_accumulate_adds_the_product_to_what_c_holds(A, n, nnz_per_group, dtype, seed):
     """C += A B: empty rows keep their value, whole and split rows alike are added."""
     rng = np.random.default_rng(seed)
