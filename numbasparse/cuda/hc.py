@@ -411,11 +411,14 @@ def fragments(A, mode, wide=False):
     """(frag_base, frag_src) on the device: where the tensor-core path finds each lane's A
     fragment, for the windows ``mode`` puts on tiles (``wide``: m16n8k16's 16-column tiles;
     :func:`numbasparse.preprocess.row_windows.fragment_sources`); kept in A's cache."""
+    use_tiles = paths(A, mode)
+
     def build():
         host, _ = windows(A)
-        base, src = fragment_sources(host, paths(A, mode).copy_to_host(), A.indices.dtype, wide)
+        base, src = fragment_sources(host, use_tiles.copy_to_host(), A.indices.dtype, wide)
         return cuda.to_device(base), cuda.to_device(src)
-    return A.cache.get_or_build("plans", ("hc_fragments", mode, wide), build)
+    # (keyed by the paths array too: fragments made for other paths would point at wrong tiles)
+    return A.cache.get_or_build("plans", ("hc_fragments", mode, wide, id(use_tiles)), build)
 
 
 def _window_args(A, use_tiles, tile_arrays=None):
