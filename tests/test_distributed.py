@@ -203,6 +203,21 @@ def _check_pipelined_scores_match_exchange_then_score(rank, world):
             _close(leaf.grad, reference.grad.numpy())
         x, y = (torch.tensor(a) for a in (x0, y0))  # the default values
         _close(nsd.sddmm(dg, x, y), nst.sddmm(dg.graph, x, nsd.halo_exchange(dg, y)).numpy())
+    # an error on one rank after the exchange was posted: raised there, nothing hangs
+    dg.pipeline = "sources"
+    expected = nst.sddmm(dg.graph, x, nsd.halo_exchange(dg, y)).numpy()
+    if rank == 1:
+        planted = nsd._scores
+        nsd._scores = lambda *args: (_ for _ in ()).throw(RuntimeError("planted"))
+        try:
+            with pytest.raises(RuntimeError, match="planted"):
+                nsd.sddmm(dg, x, y)
+        finally:
+            nsd._scores = planted
+    else:
+        nsd.sddmm(dg, x, y)
+    dist.barrier()
+    _close(nsd.sddmm(dg, x, y), expected)
     with pytest.raises(ValueError, match="Y must hold"):
         nsd.sddmm(dg, x, y[1:])
     with pytest.raises(ValueError, match="same number of columns"):
