@@ -8,13 +8,16 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
   depth, the other launch mode (a 16-bit C allows only the single launch); HP-SDDMM: lane
   groups per nonzero halved and doubled (each lane loops over K) and DTP halved and doubled;
 - the column-slab SpMM, where it takes the dtype;
+- HC-SpMM (sum, 16-bit operands: its tiles on the tensor cores, whose products of 16-bit inputs
+  are exact, so the result is what ``auto``'s is up to summation order), its selector's hybrid
+  and every window on tiles;
 - G-Sparse's 2-D tiled kernels (sum, float32/float64): the TILED_TOP schedules its analytic
   cost model ranks first (:func:`rank`; the paper's model is a neural network trained on
   measured kernels, this one needs no training data and is easy to check against an exhaustive
   search, ``tools/tune_report.py``).
 
 Across families the order is the rules' (their choice, then HP's neighbours by how many
-parameters differ, the slab kernel, the tiled schedules by their model); every candidate is
+parameters differ, the slab kernel, HC-SpMM, the tiled schedules by their model); every candidate is
 timed (CUDA events around back-to-back batches of about 1 ms, median of 5, after a warm-up
 launch that compiles) unless ``top_k`` says
 fewer, and the fastest is kept (one other than the rules' choice only if it still wins when the
@@ -200,12 +203,12 @@ def store(key, candidate, record):
 #: other families, its first TILED_TOP_ALONE for ``algorithm="tiled"`` (whose best was within
 #: 1.00-1.03x of an exhaustive search, BENCHMARKS.md "G-Sparse tuned and CS267 blocked kernels").
 TILED_TOP, TILED_TOP_ALONE = 3, 8
-FAMILIES = ("hp", "slab", "tiled")
+FAMILIES = ("hp", "slab", "hc", "tiled")
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One point of the schedule space: a kernel ``family`` ("hp", "slab" or "tiled") and its
+    """One point of the schedule space: a kernel ``family`` ("hp", "slab", "hc" or "tiled") and its
     parameters as sorted (name, value) pairs; no parameters means the family's own rules."""
     family: str
     params: tuple = ()
@@ -234,7 +237,7 @@ def _tiled(op, params):
 def run(candidate, op, A, operands, reduce="sum", stream=0):
     """Launch ``candidate`` on device CSR ``A``: ``operands`` is (B, C) for SpMM, (X, Y, out) for
     SDDMM (device arrays, 16-bit values as their bits)."""
-    from ..cuda import hp, slab, tiled
+    from ..cuda import hc, hp, slab, tiled
 
     params = dict(candidate.params)
     if op == "spmm":
@@ -243,6 +246,8 @@ def run(candidate, op, A, operands, reduce="sum", stream=0):
             hp.spmm_hp(A, B, C, reduce, stream=stream, **params)
         elif candidate.family == "slab":
             slab.spmm_slab(A, B, C, reduce, stream=stream)
+        elif candidate.family == "hc":
+            hc.spmm_hc(A, B, C, reduce, stream=stream, **params)
         else:
             schedule = _tiled(op, params)
             tiled.spmm_tiled(A, tiled.row_order(A, schedule.balance), B, C, schedule, stream=stream)
@@ -282,6 +287,8 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
         if "slab" in families and rule != "slab" and dtype.name in dispatch.SPMM["slab"].dtypes:
             ranked.append(Candidate.of("slab"))
+        if "hc" in families and is_half(dtype) and reduce == "sum" and _tensor_cores():
+            ranked += [Candidate.of("hc", mode=mode) for mode in ("hybrid", "tiles")]
     else:
         X, Y, _ = operands
         if "hp" in families:
@@ -299,6 +306,15 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
         top = top[:TILED_TOP_ALONE if tuple(families) == ("tiled",) else TILED_TOP]
         ranked += [Candidate.of("tiled", **asdict(s)) for s in top]
     return ranked
+
+
+def _tensor_cores():
+    """Whether this GPU has the 16-bit tensor cores HC-SpMM's tiles use (sm_80 and later)."""
+    from numba import cuda
+
+    from ..cuda.device import simulator_enabled
+
+    return simulator_enabled() or cuda.get_current_device().compute_capability >= (8, 0)
 
 
 def _device():

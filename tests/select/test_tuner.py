@@ -137,7 +137,8 @@ def test_the_space_holds_only_kernels_that_take_the_dtype_and_reduction():
     assert families(tuner.candidates(dev, "spmm", 40, np.float32, "sum", device=H100)) == {"hp", "slab", "tiled"}
     assert families(tuner.candidates(dev, "spmm", 40, np.float32, "max", device=H100)) == {"hp", "slab"}
     half = tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100)
-    assert families(half) == {"hp"} and all(dict(c.params).get("single", True) for c in half)  # 16-bit C: one launch
+    assert families(half) == {"hp", "hc"}  # (HC-SpMM: its tiles on the tensor cores)
+    assert all(dict(c.params).get("single", True) for c in half if c.family == "hp")  # 16-bit C: one launch
     assert families(tuner.candidates(dev, "spmm", 40, np.float32, families=("tiled",), device=H100)) == {"tiled"}
     sddmm = tuner.candidates(dev, "sddmm", 128, np.float32, device=H100)
     assert {dict(c.params).get("group") for c in sddmm if c.family == "hp"} >= {8, 16}  # narrower groups at K=128
@@ -264,3 +265,29 @@ def test_a_stored_choice_this_code_cannot_run_is_timed_again(tmp_path, monkeypat
     sddmm_key = tuner.cache_key("H100", "abc", 64, np.float32, op="sddmm")
     tuner.store(sddmm_key, tuner.Candidate.of("hp", group=8, nnz_per_warp=16), {})
     assert tuner.load_cached(sddmm_key) == tuner.Candidate.of("hp", group=8, nnz_per_warp=16)
+
+
+def test_half_sums_search_hc_on_the_tensor_cores_and_each_computes_the_product():
+    """16-bit sums take HC-SpMM into the space (its tiles' products are exact there); float32
+    (whose tiles would be TF32) and max do not."""
+    import ml_dtypes
+    from numba import cuda
+
+    from numbasparse import CSR
+    from numbasparse.reference import spmm_reference
+
+    A, dev = _graph(1)
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    half = CSR.from_scipy(A, dtype=bf16)
+    ranked = tuner.candidates(half, "spmm", 16, bf16, device=H100)
+    hcs = [c for c in ranked if c.family == "hc"]
+    assert sorted(dict(c.params)["mode"] for c in hcs) == ["hybrid", "tiles"]
+    assert not [c for c in tuner.candidates(dev, "spmm", 16, np.float32, device=H100) if c.family == "hc"]
+    assert not [c for c in tuner.candidates(half, "spmm", 16, bf16, "max", device=H100) if c.family == "hc"]
+    B = np.random.default_rng(3).standard_normal((A.shape[1], 16)).astype(bf16)
+    rounded = sp.csr_matrix((A.data.astype(bf16).astype(np.float64), A.indices, A.indptr), shape=A.shape)
+    expected = spmm_reference(rounded, B.astype(np.float64))
+    for candidate in hcs:
+        C = cuda.to_device(np.full(expected.shape, np.nan, np.float32))  # poisoned; float32: the sum itself
+        tuner.run(candidate, "spmm", half, (cuda.to_device(B.view(np.uint16)), C))
+        assert_close(C.copy_to_host(), expected, np.float32, abs(rounded) @ np.abs(B.astype(np.float64)))
