@@ -183,20 +183,28 @@ def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0, like=None):
 _SM80_CHECKED = []
 
 
-def require_sm80(what, instead):
-    """ValueError unless the GPU has compute capability 8.0 or newer, which ``what`` needs (its
-    one-instruction bfloat16 conversions, or TF32 tensor cores); ``instead``: what to use."""
+def has_sm80():
+    """Whether the current GPU has compute capability 8.0 or newer (bfloat16 conversions, TF32
+    and 16-bit tensor cores); True on the simulator.  Asked of the driver once per GPU."""
     if simulator_enabled():
-        return
+        return True
     gpu = 0 if one_device() else current_gpu()
     if gpu in _SM80_CHECKED:
-        return
+        return True
     from numba import cuda
 
-    capability = cuda.get_current_device().compute_capability
-    if capability >= (8, 0):
-        _SM80_CHECKED.append(gpu)  # (once per GPU: a call's host time counts)
-    else:
+    if cuda.get_current_device().compute_capability < (8, 0):
+        return False
+    _SM80_CHECKED.append(gpu)  # (once per GPU: a call's host time counts)
+    return True
+
+
+def require_sm80(what, instead):
+    """ValueError unless :func:`has_sm80`, which ``what`` needs; ``instead``: what to use."""
+    if not has_sm80():
+        from numba import cuda
+
+        capability = cuda.get_current_device().compute_capability
         raise ValueError(f"{what} need a GPU of compute capability 8.0 or newer (this one is "
                          f"{capability[0]}.{capability[1]}); use {instead}")
 
@@ -309,8 +317,6 @@ def auto_name(op, backend, n_cols, itemsize=4, matrix=None, dtype=None):
 
 
 PRECISIONS = ("ieee", "tf32")
-#: SpMM algorithms whose 16-bit dense tiles run on the tensor cores (sm_80 and later).
-TENSOR_CORE_TILES = ("hc", "hc_tiles")
 
 
 def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4, matrix=None, dtype=None,
@@ -346,7 +352,8 @@ def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4,
         if precision == "tf32":
             require_sm80("TF32 tensor cores (precision='tf32')", "precision='ieee'")
     name = algorithm if algorithm != "auto" else auto_name(op, backend, n_cols, itemsize, matrix, dtype)
-    if backend == "cuda" and name in TENSOR_CORE_TILES and dtype is not None and dtype.name == "float16":
+    # (the algorithms that offer TF32 tiles run 16-bit ones on the tensor cores too)
+    if backend == "cuda" and "tf32" in table[name].precisions and dtype is not None and dtype.name == "float16":
         require_sm80(f"float16 tiles on the tensor cores (algorithm {name!r})", "algorithm 'hp' or 'hc_cores'")
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")

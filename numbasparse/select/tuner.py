@@ -287,7 +287,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
         if "slab" in families and rule != "slab" and dtype.name in dispatch.SPMM["slab"].dtypes:
             ranked.append(Candidate.of("slab"))
-        if "hc" in families and is_half(dtype) and reduce == "sum" and _tensor_cores():
+        if "hc" in families and is_half(dtype) and reduce == "sum" and dispatch.has_sm80():
             ranked += [Candidate.of("hc", mode=mode) for mode in ("hybrid", "tiles")]
     else:
         X, Y, _ = operands
@@ -306,15 +306,6 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
         top = top[:TILED_TOP_ALONE if tuple(families) == ("tiled",) else TILED_TOP]
         ranked += [Candidate.of("tiled", **asdict(s)) for s in top]
     return ranked
-
-
-def _tensor_cores():
-    """Whether this GPU has the 16-bit tensor cores HC-SpMM's tiles use (sm_80 and later)."""
-    from numba import cuda
-
-    from ..cuda.device import simulator_enabled
-
-    return simulator_enabled() or cuda.get_current_device().compute_capability >= (8, 0)
 
 
 def _device():
