@@ -493,7 +493,8 @@ class _PipelinedSpmm(torch.autograd.Function):
     runs while the halo's rows arrive (one batch, or one source rank at a time:
     ``per_source``), and each halo block is added into C (HP-SpMM accumulating atomically)
     once its rows are in.  Backward: dX = A^T dC with the halo's rows sent back to their
-    owners while the owned rows are computed (:func:`_pipelined_owned_grad`)."""
+    owners while the owned rows are computed (:func:`_pipelined_owned_grad`); the values'
+    gradient by column blocks (:func:`_block_scores`)."""
 
     @staticmethod
     def forward(ctx, values, X, dg, per_source):
@@ -512,7 +513,7 @@ class _PipelinedSpmm(torch.autograd.Function):
         dvalues = dX = None
         dC = dC.contiguous()
         if ctx.needs_input_grad[0]:  # a_ij: <dC_i, [X; halo]_j>
-            dvalues = nst._run("sddmm", torch.ones_like(values), dC, torch.cat(operands), dg.graph.key)
+            dvalues = _block_scores(dg, ctx.per_source, dC, *operands)
         if ctx.needs_input_grad[1]:  # (the saved values are the forward's object: dg.values keeps its blocks)
             dX = _pipelined_owned_grad(dg, values, dC, ctx.per_source)
         return dvalues, dX, None, None
@@ -521,7 +522,8 @@ class _PipelinedSpmm(torch.autograd.Function):
 class _PipelinedSddmm(torch.autograd.Function):
     """s = values ⊙ <X_i, [Y; halo]_j> with the exchange of Y's halo hidden behind the owned
     columns' scores; each halo block's scores are written to their entries once its rows are in.
-    Backward: dX and the values' gradient locally, dY as :func:`_pipelined_owned_grad`."""
+    Backward: the values' gradient and dX by column blocks (:func:`_block_scores`,
+    :func:`_block_product`), dY as :func:`_pipelined_owned_grad`."""
 
     @staticmethod
     def forward(ctx, values, X, Y, dg, per_source):
@@ -547,13 +549,31 @@ class _PipelinedSddmm(torch.autograd.Function):
         values, X, Y, halo = ctx.saved_tensors
         needs = ctx.needs_input_grad
         ds = ds.contiguous()
-        dvalues = dX = dY = None
-        if needs[0] or needs[1]:
-            dvalues, dX, _ = nst._score_grads((needs[0], needs[1], False), dg.graph.key, values, X,
-                                              torch.cat([Y, halo]), ds)
-        if needs[2]:
-            dY = _pipelined_owned_grad(dg, values.detach() * ds, X, ctx.per_source)
+        weights = values.detach() * ds  # (ds_ij a_ij: the matrix of dX and dY)
+        dvalues = _block_scores(dg, ctx.per_source, X, Y, halo) * ds if needs[0] else None
+        dX = _block_product(dg, ctx.per_source, weights, Y, halo) if needs[1] else None
+        dY = _pipelined_owned_grad(dg, weights, X, ctx.per_source) if needs[2] else None
         return dvalues, dX, dY, None, None
+
+
+def _block_scores(dg, per_source, X, Y, halo):
+    """<X_i, [Y; halo]_j> for every entry, one column block at a time (no [Y; halo] built: it
+    would take another copy of both)."""
+    s = X.new_empty(dg.graph.nnz)
+    for begin, end, block, entries in dg._with_values(X.new_ones(dg.graph.nnz), per_source):
+        if block.nnz:
+            s[entries] = _scores(block, X, Y if begin < 0 else halo[begin:end])
+    return s
+
+
+def _block_product(dg, per_source, values, Y, halo):
+    """A [Y; halo] (A with ``values``), one column block at a time (no [Y; halo] built)."""
+    (_, _, owned, _), *received = dg._with_values(values, per_source)
+    C = api.spmm(owned, Y)
+    for begin, end, block, _ in received:
+        if block.nnz:
+            _add_product(C, block, halo[begin:end])
+    return C
 
 
 def _scores(block, X, Y):
