@@ -40,8 +40,7 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
 
     ``tensor_cores`` (float32 values: ``mma.sync`` m16n8k8, TF32 inputs rounded from float32;
     float16 and bfloat16 values: m16n8k16, whose products of 16-bit inputs are exact; FP32
-    accumulators in both): the dense-tile path is ``tiles_into_mma`` (16-bit:
-    ``tiles_into_mma16``) and the arguments ``tile_entry, tile_slot`` are the fragment sources
+    accumulators in both): the dense-tile path is ``tiles_into_mma`` and the arguments ``tile_entry, tile_slot`` are the fragment sources
     ``frag_base, frag_src`` of :func:`fragments`.  ``vec4``: B's rows read 4 values per load
     (N a multiple of 4, B aligned to 4 values).
     """
@@ -121,45 +120,6 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
         return v[0], v[1], v[2], v[3]
 
     @cuda.jit(device=True, inline="always")
-    def tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, frag_base, frag_src, B):
-        """Dense-tile path on the tensor cores (``tf32``), no staging: warp q takes tiles q, q + 4,
-        ... of the window, each lane loading its A fragment straight into registers (the values
-        at the 4 CSR positions ``frag_src`` lists for it, -1 for empty slots) and its B fragments
-        as two 16-byte loads (``vec4``; else 4 scalar loads each): the warp's 32 columns are 4
-        MMAs of 8, and MMA j's column n is column 4 n + j of the 32, so lane (g, t) holds columns 4g..4g+3 of B rows t and t + 4 for
-        all 4 MMAs at once (and its results are 8 adjacent columns).  FP32 accumulators in
-        registers across the tiles; the 4 warps' partial sums meet once in shared memory."""
-        t = cuda.threadIdx.x
-        lane, warp = t % 32, t // 32
-        g, k4 = lane // 4, lane % 4
-        n = B.shape[1]
-        width = col_ptr[w + 1] - col_ptr[w]
-        n_tiles = tile_ptr[w + 1] - tile_ptr[w]
-        d = cuda.local.array(16, value_type)
-        for u in range(16):
-            d[u] = zero
-        for r in range(0, n_tiles, 4):  # (every warp the same number of MMAs: the simulator's barriers)
-            lt = r + warp
-            a0 = a1 = a2 = a3 = zero
-            k0 = k1 = -1
-            if lt < n_tiles:
-                p0, p1, p2, p3 = load_src(frag_src, (frag_base[w] + lt) * 32 + lane, 0)
-                a0 = to_tf32(data[p0]) if p0 >= 0 else zero
-                a1 = to_tf32(data[p1]) if p1 >= 0 else zero
-                a2 = to_tf32(data[p2]) if p2 >= 0 else zero
-                a3 = to_tf32(data[p3]) if p3 >= 0 else zero
-                kk = lt * TILE_COLS + k4
-                k0 = cols[col_ptr[w] + kk] if kk < width else -1
-                k1 = cols[col_ptr[w] + kk + 4] if kk + 4 < width else -1
-            b00, b01, b02, b03 = b_row_values(B, k0, col0 + 4 * g, n)
-            b10, b11, b12, b13 = b_row_values(B, k1, col0 + 4 * g, n)
-            d[0], d[1], d[2], d[3] = mma_tf32(a0, a1, a2, a3, b00, b10, d[0], d[1], d[2], d[3])
-            d[4], d[5], d[6], d[7] = mma_tf32(a0, a1, a2, a3, b01, b11, d[4], d[5], d[6], d[7])
-            d[8], d[9], d[10], d[11] = mma_tf32(a0, a1, a2, a3, b02, b12, d[8], d[9], d[10], d[11])
-            d[12], d[13], d[14], d[15] = mma_tf32(a0, a1, a2, a3, b03, b13, d[12], d[13], d[14], d[15])
-        warps_into(acc, d)
-
-    @cuda.jit(device=True, inline="always")
     def b_row_bits(B, k, j, n):
         """The bits of 16-bit B[k, j:j + 4] (zeros past column n or for k < 0)."""
         if k < 0 or j >= n:
@@ -176,50 +136,88 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
         return data[p] if p >= 0 else no_bits
 
     @cuda.jit(device=True, inline="always")
-    def tiles_into_mma16(acc, w, col0, data, col_ptr, cols, tile_ptr, frag_base, frag_src, B):
-        """``tiles_into_mma`` for 16-bit values on m16n8k16: each MMA tile is two 8-column tiles
-        (16 condensed columns); lane (g, t) packs the pairs of its A fragment from 8 CSR
-        positions and its B fragments from rows 2t, 2t + 1, 2t + 8, 2t + 9 (four 8-byte loads:
-        columns 4g..4g+3 for all 4 MMAs, as there)."""
+    def tf32_fragments(w, step, live, lane, col0, data, col_ptr, cols, frag_base, frag_src, B):
+        """Lane (g, t)'s fragments of MMA step ``step`` of window w (8 condensed columns, one
+        m16n8k8 per 8 output columns): A's 4 values from the CSR positions ``frag_src`` lists for
+        it (-1: an empty slot), and B rows t and t + 4 of the step at columns 4g..4g+3 of the
+        block's 32, for all 4 MMAs at once.  Zeros where not ``live`` (past the last step)."""
+        g, k4 = lane // 4, lane % 4
+        step = step if live else 0  # (no branch around the loads: a dead step reads as empty slots)
+        p0, p1, p2, p3 = load_src(frag_src, (frag_base[w] + step) * 32 + lane, 0)
+        a0 = to_tf32(data[p0]) if live and p0 >= 0 else zero
+        a1 = to_tf32(data[p1]) if live and p1 >= 0 else zero
+        a2 = to_tf32(data[p2]) if live and p2 >= 0 else zero
+        a3 = to_tf32(data[p3]) if live and p3 >= 0 else zero
+        kk, last = col_ptr[w] + step * TILE_COLS + k4, col_ptr[w + 1]
+        k0 = cols[kk] if live and kk < last else -1
+        k1 = cols[kk + 4] if live and kk + 4 < last else -1
+        b00, b01, b02, b03 = b_row_values(B, k0, col0 + 4 * g, B.shape[1])
+        b10, b11, b12, b13 = b_row_values(B, k1, col0 + 4 * g, B.shape[1])
+        return (a0, a1, a2, a3), ((b00, b10), (b01, b11), (b02, b12), (b03, b13))
+
+    @cuda.jit(device=True, inline="always")
+    def half_fragments(w, step, live, lane, col0, data, col_ptr, cols, frag_base, frag_src, B):
+        """``tf32_fragments`` for 16-bit values on m16n8k16 (16 condensed columns a step, two
+        8-column tiles): A's pairs packed from 8 CSR positions, B from rows 2t, 2t + 1, 2t + 8
+        and 2t + 9 (8-byte loads of columns 4g..4g+3), packed in pairs."""
+        g, k4 = lane // 4, lane % 4
+        step = step if live else 0  # (as in tf32_fragments)
+        row = (frag_base[w] + step) * 32 + lane
+        p0, p1, p2, p3 = load_src(frag_src, row, 0)
+        p4, p5, p6, p7 = load_src(frag_src, row, 4)
+        if not live:
+            p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = -1
+        a0 = pack_bits(bits_at(data, p0), bits_at(data, p1))
+        a1 = pack_bits(bits_at(data, p2), bits_at(data, p3))
+        a2 = pack_bits(bits_at(data, p4), bits_at(data, p5))
+        a3 = pack_bits(bits_at(data, p6), bits_at(data, p7))
+        kk, last = col_ptr[w] + step * 2 * TILE_COLS + 2 * k4, col_ptr[w + 1]
+        k0 = cols[kk] if live and kk < last else -1
+        k1 = cols[kk + 1] if live and kk + 1 < last else -1
+        k2 = cols[kk + 8] if live and kk + 8 < last else -1
+        k3 = cols[kk + 9] if live and kk + 9 < last else -1
+        b00, b01, b02, b03 = b_row_bits(B, k0, col0 + 4 * g, B.shape[1])
+        b10, b11, b12, b13 = b_row_bits(B, k1, col0 + 4 * g, B.shape[1])
+        b20, b21, b22, b23 = b_row_bits(B, k2, col0 + 4 * g, B.shape[1])
+        b30, b31, b32, b33 = b_row_bits(B, k3, col0 + 4 * g, B.shape[1])
+        return (a0, a1, a2, a3), ((pack_bits(b00, b10), pack_bits(b20, b30)),
+                                  (pack_bits(b01, b11), pack_bits(b21, b31)),
+                                  (pack_bits(b02, b12), pack_bits(b22, b32)),
+                                  (pack_bits(b03, b13), pack_bits(b23, b33)))
+
+    fragments = tf32_fragments if tf32 else half_fragments
+    mma_op = mma_tf32 if tf32 else mma_16
+    tiles_per_step = 1 if tf32 else 2  # (16x8 tiles per MMA step)
+
+    @cuda.jit(device=True, inline="always")
+    def mma4(d, a, b):
+        """One step's 4 MMAs into the accumulators ``d``: MMA j's column n is column 4n + j of
+        the block's 32, so one load of B columns 4g..4g+3 feeds all 4."""
+        d[0], d[1], d[2], d[3] = mma_op(a[0], a[1], a[2], a[3], b[0][0], b[0][1], d[0], d[1], d[2], d[3])
+        d[4], d[5], d[6], d[7] = mma_op(a[0], a[1], a[2], a[3], b[1][0], b[1][1], d[4], d[5], d[6], d[7])
+        d[8], d[9], d[10], d[11] = mma_op(a[0], a[1], a[2], a[3], b[2][0], b[2][1], d[8], d[9], d[10], d[11])
+        d[12], d[13], d[14], d[15] = mma_op(a[0], a[1], a[2], a[3], b[3][0], b[3][1], d[12], d[13], d[14], d[15])
+
+    @cuda.jit(device=True, inline="always")
+    def tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, frag_base, frag_src, B):
+        """Dense-tile path on the tensor cores, no staging: warp q takes MMA steps q, q + 4, ...
+        of the window, two at a time (both steps' loads are issued before their MMAs: a step's
+        loads are a chain of three, positions -> values and columns -> B rows, so one step at a
+        time leaves the warp waiting on each).  Each lane loads its fragments straight into
+        registers (``fragments``); FP32 accumulators in registers across the steps; the 4 warps'
+        partial sums meet once in shared memory."""
         t = cuda.threadIdx.x
         lane, warp = t % 32, t // 32
-        g, k4 = lane // 4, lane % 4
-        n = B.shape[1]
-        width = col_ptr[w + 1] - col_ptr[w]
-        n_tiles = (tile_ptr[w + 1] - tile_ptr[w] + 1) // 2
+        steps = (tile_ptr[w + 1] - tile_ptr[w] + tiles_per_step - 1) // tiles_per_step
         d = cuda.local.array(16, value_type)
         for u in range(16):
             d[u] = zero
-        for r in range(0, n_tiles, 4):  # (every warp the same number of MMAs: the simulator's barriers)
-            lt = r + warp
-            a0 = a1 = a2 = a3 = numba.uint32(0)
-            k0 = k1 = k2 = k3 = -1
-            if lt < n_tiles:
-                row = (frag_base[w] + lt) * 32 + lane
-                p0, p1, p2, p3 = load_src(frag_src, row, 0)
-                p4, p5, p6, p7 = load_src(frag_src, row, 4)
-                a0 = pack_bits(bits_at(data, p0), bits_at(data, p1))
-                a1 = pack_bits(bits_at(data, p2), bits_at(data, p3))
-                a2 = pack_bits(bits_at(data, p4), bits_at(data, p5))
-                a3 = pack_bits(bits_at(data, p6), bits_at(data, p7))
-                kk = col_ptr[w] + lt * 2 * TILE_COLS + 2 * k4
-                last = col_ptr[w] + width
-                k0 = cols[kk] if kk < last else -1
-                k1 = cols[kk + 1] if kk + 1 < last else -1
-                k2 = cols[kk + 8] if kk + 8 < last else -1
-                k3 = cols[kk + 9] if kk + 9 < last else -1
-            b00, b01, b02, b03 = b_row_bits(B, k0, col0 + 4 * g, n)
-            b10, b11, b12, b13 = b_row_bits(B, k1, col0 + 4 * g, n)
-            b20, b21, b22, b23 = b_row_bits(B, k2, col0 + 4 * g, n)
-            b30, b31, b32, b33 = b_row_bits(B, k3, col0 + 4 * g, n)
-            d[0], d[1], d[2], d[3] = mma_16(a0, a1, a2, a3, pack_bits(b00, b10), pack_bits(b20, b30),
-                                            d[0], d[1], d[2], d[3])
-            d[4], d[5], d[6], d[7] = mma_16(a0, a1, a2, a3, pack_bits(b01, b11), pack_bits(b21, b31),
-                                            d[4], d[5], d[6], d[7])
-            d[8], d[9], d[10], d[11] = mma_16(a0, a1, a2, a3, pack_bits(b02, b12), pack_bits(b22, b32),
-                                              d[8], d[9], d[10], d[11])
-            d[12], d[13], d[14], d[15] = mma_16(a0, a1, a2, a3, pack_bits(b03, b13), pack_bits(b23, b33),
-                                                d[12], d[13], d[14], d[15])
+        for r in range(0, steps, 8):  # (every warp the same number of MMAs: the simulator's barriers)
+            a, b = fragments(w, r + warp, r + warp < steps, lane, col0, data, col_ptr, cols, frag_base, frag_src, B)
+            a2, b2 = fragments(w, r + 4 + warp, r + 4 + warp < steps, lane, col0, data, col_ptr, cols,
+                               frag_base, frag_src, B)
+            mma4(d, a, b)
+            mma4(d, a2, b2)
         warps_into(acc, d)
 
     @cuda.jit(device=True, inline="always")
@@ -280,9 +278,7 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
         for q in range(PER_THREAD):
             acc[q] = zero
         if use_tiles[w]:
-            if tensor_cores and half:  # (tile_entry, tile_slot: frag_base, frag_src)
-                tiles_into_mma16(acc, w, col0, data, col_ptr, cols, tile_ptr, tile_entry, tile_slot, B)
-            elif tf32:
+            if tensor_cores:  # (tile_entry, tile_slot: frag_base, frag_src)
                 tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, tile_entry, tile_slot, B)
             else:
                 tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)

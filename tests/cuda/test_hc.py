@@ -38,22 +38,23 @@ def test_hc_paths_match_reference(mode, shape, n):
     assert_close(C.copy_to_host(), spmm_reference(A, B), np.float32)
 
 
-@pytest.mark.parametrize("mode, n", [("tiles", 40), ("mixed", 40), ("tiles", 37)])
-def test_tensor_core_tiles_match_the_tf32_product(mode, n):
+@pytest.mark.parametrize("mode, n, width", [("tiles", 40, 45), ("mixed", 40, 45), ("tiles", 37, 45), ("tiles", 40, 150)])
+def test_tensor_core_tiles_match_the_tf32_product(mode, n, width):
     """The dense-tile path on mma.sync (TF32): A @ B of the TF32-rounded operands to float32
     accuracy, and A @ B itself to TF32's (about 2^-11 per product, relative).  Windows of 6
-    tiles (the 4 warps take unequal shares) and one of none, a partial last column block, and
-    N = 37 (B's rows read one value at a time, past column N as zeros)."""
+    tiles (the 4 warps take unequal shares; ``width`` 150: about 19, several rounds of two
+    steps per warp) and one of none, a partial last column block, and N = 37 (B's rows read one
+    value at a time, past column N as zeros)."""
     from numbasparse.cuda import device, mma
 
     if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
         pytest.skip("TF32 tensor cores need sm_80")
     rng = np.random.default_rng(5)
-    A = _graph((37, 45), rng, density=0.3).tolil()
+    A = _graph((37, width), rng, density=0.3).tolil()
     A[16:32] = 0  # a window without tiles
     A = A.tocsr()
     A.data = rng.uniform(-1, 1, A.nnz)
-    B = rng.standard_normal((45, n)).astype(np.float32)
+    B = rng.standard_normal((width, n)).astype(np.float32)
     dev = _setup(A, np.float32, mode)
     C = cuda.to_device(np.full((37, n), np.nan, np.float32))  # poisoned
     hc.spmm_hc(dev, cuda.to_device(B), C, mode=mode, tf32=True)
@@ -69,10 +70,11 @@ def test_tensor_core_tiles_match_the_tf32_product(mode, n):
 
 
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
-@pytest.mark.parametrize("mode, n", [("tiles", 40), ("mixed", 37), ("cores", 40)])
-def test_half_tiles_on_the_tensor_cores_match_the_float32_sum(name, mode, n):
+@pytest.mark.parametrize("mode, n, width", [("tiles", 40, 60), ("mixed", 37, 60), ("cores", 40, 60), ("tiles", 33, 150)])
+def test_half_tiles_on_the_tensor_cores_match_the_float32_sum(name, mode, n, width):
     """16-bit values: the tiles on m16n8k16 (exact products, float32 sums), windows of 3-4 MMA
-    tiles of 16 columns (the last one partial), N = 37 read one value at a time.  Into a float32
+    tiles of 16 columns (the last one partial; ``width`` 150: about 10, two rounds of two
+    steps per warp), N = 37 and 33 read one value at a time.  Into a float32
     ``out``: the float32 sum of the rounded operands; in the operands' dtype: rounded once."""
     import ml_dtypes
 
@@ -83,11 +85,11 @@ def test_half_tiles_on_the_tensor_cores_match_the_float32_sum(name, mode, n):
         pytest.skip("16-bit tensor cores need sm_80")
     dtype = np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else np.float16)
     rng = np.random.default_rng(6)
-    A = _graph((37, 60), rng, density=0.3).tolil()
+    A = _graph((37, width), rng, density=0.3).tolil()
     A[16:32] = 0  # a window without tiles
     A = A.tocsr()
     A.data = rng.uniform(-1, 1, A.nnz)
-    B = rng.standard_normal((60, n)).astype(dtype)
+    B = rng.standard_normal((width, n)).astype(dtype)
     rounded = sp.csr_matrix((A.data.astype(dtype).astype(np.float64), A.indices, A.indptr), shape=A.shape)
     expected = spmm_reference(rounded, B.astype(np.float64))
     dev = _setup(A, dtype, mode)
