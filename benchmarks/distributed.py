@@ -3,6 +3,7 @@
     python benchmarks/distributed.py volumes DATA_DIR [--parts 2,4,8] [--n 64]
     python benchmarks/distributed.py scaling [--backend nccl] [--ranks 1,2,4] [--strong SPEC,...]
         [--weak SCALE] [--n 64,256] [--gcn 256,256,64] [--deadline SECONDS] [--out FILE.jsonl]
+        [--baseline EARLIER.jsonl]
 
 ``volumes`` (no process group, no GPU): for each ``*.npz`` graph and P, per partitioning
 (contiguous vs Louvain): the largest halo (rows a rank receives per exchange), the total over
@@ -25,7 +26,8 @@ exchange); the same for ``sddmm``; and a 2-layer GCN training step
 (features, hidden, classes from ``--gcn``: forward, backward, gradient all-reduce), at P > 1
 also with the exchanges done first (``unpipelined_ms``).  Speed-up
 and efficiency are against the smallest P of ``--ranks`` (1 by default) of the same graph and
-partition.  Each row is appended to ``--out`` as it is measured; cases that would start after
+partition, or of ``--baseline``'s rows where that holds a smaller P (a series split over calls:
+``--ranks 1,2`` then ``--ranks 4 --baseline`` the first call's ``--out``).  Each row is appended to ``--out`` as it is measured; cases that would start after
 ``--deadline`` seconds are skipped.
 """
 import argparse
@@ -159,18 +161,26 @@ def _scaling_rank(rank, world, port, args, start):
     widths = [int(n) for n in args.n.split(",")]
     f_in, hidden, classes = (int(x) for x in args.gcn.split(","))
     out = Path(args.out) if args.out else None
-    base = {}
+
+    def series(row):
+        return row["scaling"], row["graph_family"], row["method"], row["op"], row.get("n")
+
+    base = {}  # series -> (P, ms) of its smallest P: --baseline's rows, then this run's
+    for line in (Path(args.baseline).read_text().splitlines() if args.baseline else ()):
+        row = json.loads(line)
+        if series(row) not in base or row["P"] < base[series(row)][0]:
+            base[series(row)] = (row["P"], row["ms"])
 
     def emit(row):
         if rank != 0:
             return
-        key = (row["scaling"], row["graph_family"], row["method"], row["op"], row.get("n"))
-        if row["P"] == ranks[0]:
-            base[key] = row["ms"]
+        key = series(row)
+        if row["P"] == ranks[0] and (key not in base or row["P"] <= base[key][0]):
+            base[key] = (row["P"], row["ms"])
         if key in base:  # against the smallest P run (1 unless --ranks leaves it out)
-            row["baseline_P"] = ranks[0]
-            row["speedup"] = base[key] / row["ms"]
-            ideal = row["P"] / ranks[0] if row["scaling"] == "strong" else 1.0
+            row["baseline_P"], baseline_ms = base[key]
+            row["speedup"] = baseline_ms / row["ms"]
+            ideal = row["P"] / row["baseline_P"] if row["scaling"] == "strong" else 1.0
             row["efficiency"] = row["speedup"] / ideal
         if out:
             with open(out, "a") as f:
@@ -392,6 +402,8 @@ def main():
     c.add_argument("--gcn", default="256,256,64", help="GCN features,hidden,classes")
     c.add_argument("--louvain-max-nnz", type=int, default=10_000_000)
     c.add_argument("--deadline", type=float, default=1e9, help="seconds after which no new case starts")
+    c.add_argument("--baseline", help="an earlier run's --out (same graphs and method): speed-up and efficiency "
+                   "against its smallest P where it is smaller than this run's (split a long series over calls)")
     c.add_argument("--out")
     c.add_argument("--profile", help="append torch.profiler tables of rank 0's SpMM calls, each split, to this file")
     args = parser.parse_args()
