@@ -549,7 +549,7 @@ class _PipelinedSddmm(torch.autograd.Function):
         values, X, Y, halo = ctx.saved_tensors
         needs = ctx.needs_input_grad
         ds = ds.contiguous()
-        weights = values.detach() * ds  # (ds_ij a_ij: the matrix of dX and dY)
+        weights = values.detach() * ds if needs[1] or needs[2] else None  # (ds_ij a_ij: the matrix of dX and dY)
         dvalues = _block_scores(dg, ctx.per_source, X, Y, halo) * ds if needs[0] else None
         dX = _block_product(dg, ctx.per_source, weights, Y, halo) if needs[1] else None
         dY = _pipelined_owned_grad(dg, weights, X, ctx.per_source) if needs[2] else None

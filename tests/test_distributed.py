@@ -310,10 +310,15 @@ def _check_on_the_gpu(rank, world):
         dg.pipeline = split
         _close(nsd.spmm(dg, x), ns.spmm(A, X)[dg.nodes], 1e-5)
         _close(nsd.sddmm(dg, x, y), np.asarray(ns.sddmm(A, X, Y)[rows, cols]).ravel(), 1e-5)
-    dg.pipeline = "sources"  # and the training step below through it
-    yg = y.clone().requires_grad_()
-    nsd.sddmm(dg, x, yg).sum().backward()  # d/dY of the sum of scores: A^T X
+    dg.pipeline = "sources"  # and the gradients and training step below through it
+    values, xg, yg = dg.values.detach().clone().requires_grad_(), x.clone().requires_grad_(), y.clone().requires_grad_()
+    nsd.sddmm(dg, xg, yg, values).sum().backward()  # the sum of scores: d/dX A Y, d/dY A^T X, d/da_ij <X_i, Y_j>
+    _close(xg.grad, (A @ Y)[dg.nodes], 1e-5)
     _close(yg.grad, (A.T @ X)[dg.nodes], 1e-5)
+    _close(values.grad, np.einsum("ij,ij->i", X[rows], Y[cols]), 1e-5)
+    values.grad = None
+    (nsd.spmm(dg, x, values) * y).sum().backward()  # d/da_ij of sum(Y ⊙ A X): <Y_i, X_j>
+    _close(values.grad, np.einsum("ij,ij->i", Y[rows], X[cols]), 1e-5)
     W0 = rng.standard_normal((40, 8))
     W, xg = torch.tensor(W0, dtype=torch.float32, device=device, requires_grad=True), x.clone().requires_grad_()
     (torch.relu(nsd.spmm(dg, xg @ W)) ** 2).sum().backward()

@@ -217,7 +217,8 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
             a2, b2 = fragments(w, r + 4 + warp, r + 4 + warp < steps, lane, col0, data, col_ptr, cols,
                                frag_base, frag_src, B)
             mma4(d, a, b)
-            mma4(d, a2, b2)
+            if r + 4 < steps:  # (alike for the whole block; no MMAs on zeros where a round is half full)
+                mma4(d, a2, b2)
         warps_into(acc, d)
 
     @cuda.jit(device=True, inline="always")
