@@ -2,13 +2,17 @@
 training data.
 
     python tools/hc_selector_data.py --data ../shared/data --graphs default,rmat:16 --out hc_data.json
+        [--precision float32|tf32|float16|bfloat16]
 
 Synthetic (paper 001, section IV-C): for each (non-zero columns, sparsity) on a grid, a matrix
 of identical-shape windows, each over its own random columns.  Real: the windows of each graph
 (and of its LOA reordering) grouped by (density, columns) bins, each group timed as a matrix
 of just its windows (stacked copies with rotated columns, to be well above launch overhead).
 Every sample: features, window count, and the median time of each path, all windows on the
-dense-tile path vs all on the CUDA-core path (CUDA events).
+dense-tile path vs all on the CUDA-core path (CUDA events).  ``--precision``: float32 (the tiles
+emulated on CUDA cores, what the shipped selector was fitted on), tf32 (float32 operands, tiles
+on ``mma.sync`` TF32) or float16 / bfloat16 (tiles on m16n8k16, C in float32): the tensor-core
+tiles cost less per tile, so their selector is fitted on their own timings.
 """
 import argparse
 import json
@@ -30,24 +34,33 @@ COLS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 130)
 SPARSITY = tuple(k / 16 for k in range(1, 16))
 
 
-def time_paths(A, n, repeat=7, launches=10):
+PRECISIONS = ("float32", "tf32", "float16", "bfloat16")
+TOLERANCE = {"float32": 1e-4, "tf32": 3e-3}  # (16-bit: against the rounded operands, float32 sums)
+
+
+def time_paths(A, n, precision="float32", repeat=7, launches=10):
     """Median ms per launch of each path (all windows on it: ``hc.spmm_hc``'s forced modes)
-    for C = A @ B, B (K, n)."""
-    dev = CSR.from_scipy(A, dtype=np.float32)
-    B = cuda.to_device(np.random.default_rng(0).standard_normal((A.shape[1], n)).astype(np.float32))
+    for C = A @ B, B (K, n), operands in ``precision`` (C in float32), each path checked first."""
+    import ml_dtypes
+
+    dtype = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}.get(precision, np.dtype(np.float32))
+    dev = CSR.from_scipy(A, dtype=dtype)
+    host_B = np.random.default_rng(0).standard_normal((A.shape[1], n)).astype(dtype)
+    B = cuda.to_device(host_B.view(np.uint16) if dtype.itemsize == 2 else host_B)  # (16-bit: as bits)
     C = cuda.device_array((A.shape[0], n), np.float32)
-    expected = A @ B.copy_to_host()
+    rounded = sp.csr_matrix((A.data.astype(dtype).astype(np.float64), A.indices, A.indptr), shape=A.shape)
+    expected = rounded @ host_B.astype(np.float64)
     out = {}
     for mode in ("tiles", "cores"):
-        hc.spmm_hc(dev, B, C, mode=mode)
+        hc.spmm_hc(dev, B, C, mode=mode, tf32=precision == "tf32")
         got = C.copy_to_host()
         err = np.linalg.norm(got - expected) / max(np.linalg.norm(expected), 1e-30)
-        if not err < 1e-4:
+        if not err < TOLERANCE.get(precision, 1e-5):
             raise AssertionError(f"{mode} path wrong: relative error {err}")
 
         def launch_all():
             for _ in range(launches):
-                hc.spmm_hc(dev, B, C, mode=mode)
+                hc.spmm_hc(dev, B, C, mode=mode, tf32=precision == "tf32")
 
         out[mode] = time_cuda(launch_all, warmup=1, repeat=repeat)[0] / launches
     return out
@@ -77,6 +90,7 @@ def main():
     p.add_argument("--n", default="32,128")
     p.add_argument("--target-nnz", type=int, default=1 << 20)
     p.add_argument("--loa-max-nnz", type=int, default=3_000_000, help="LOA-reorder graphs up to this size")
+    p.add_argument("--precision", choices=PRECISIONS, default="float32")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     ns = [int(x) for x in args.n.split(",")]
@@ -84,7 +98,8 @@ def main():
     started = time.time()
 
     def save():
-        Path(args.out).write_text(json.dumps({"gpu": str(cuda.get_current_device().name), "samples": samples}))
+        Path(args.out).write_text(json.dumps({"gpu": str(cuda.get_current_device().name),
+                                              "precision": args.precision, "samples": samples}))
 
     for n_cols in () if args.skip_synthetic else COLS:
         for sparsity in SPARSITY:
@@ -93,7 +108,7 @@ def main():
             A = synthetic_windows(n_windows, n_cols, sparsity, seed=n_cols * 100 + int(sparsity * 16))
             f = window_features(row_windows(A)).mean(axis=0)
             for n in ns:
-                t = time_paths(A, n)
+                t = time_paths(A, n, args.precision)
                 samples.append(dict(source="synthetic", n=n, sparsity=float(f[0]), n_cols=float(f[1]),
                                     windows=n_windows, t_tiles=t["tiles"], t_cores=t["cores"]))
         print(f"synthetic n_cols={n_cols} done ({time.time() - started:.0f} s)", flush=True)
@@ -110,7 +125,7 @@ def main():
         for features, count, sub in window_groups(A, min_windows=32):
             stacked = replicate(sub, args.target_nnz, rng)
             for n in ns:
-                t = time_paths(stacked, n)
+                t = time_paths(stacked, n, args.precision)
                 samples.append(dict(source=name, n=n, sparsity=float(features[0]), n_cols=float(features[1]),
                                     windows=count, timed_windows=stacked.shape[0] // 16,
                                     t_tiles=t["tiles"], t_cores=t["cores"]))
