@@ -59,11 +59,8 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
     mma_16 = mma.mma("bf16" if value_dtype == "bf16" else "f16") if tensor_cores and half else None
     pack_bits = mma.pack_bits
     no_bits = numba.uint16(0)
-    load4 = vector_load(4)  # (16-bit B: 4 values' bits in one 8-byte load)
-    load_src = vector_load(4)
+    load4 = vector_load(4)  # (4 values, or a 16-bit B's 4 values' bits, a lane's 4 or 8 fragment sources)
     partial_size = THREADS // 32 * out_size  # each warp's 16 x 32 partial sums
-
-    stage_value = to_tf32 if tf32 else to_compute  # the values the tiles hold
 
     @cuda.jit(device=True, inline="always")
     def stage(a_tile, b_tile, w, tile, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B):
@@ -77,13 +74,13 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
         cuda.syncthreads()
         p = entry_ptr[tile] + t
         if p < entry_ptr[tile + 1]:
-            a_tile[tile_slot[p]] = stage_value(data[tile_entry[p]])
+            a_tile[tile_slot[p]] = to_compute(data[tile_entry[p]])
         first = (tile - tile_ptr[w]) * TILE_COLS
         for e in range(t, b_size, THREADS):
             k = e // COLS
             j = col0 + e - k * COLS
             if first + k < width and j < n:
-                b_tile[e] = stage_value(B[cols[col_ptr[w] + first + k], j])
+                b_tile[e] = to_compute(B[cols[col_ptr[w] + first + k], j])
             else:
                 b_tile[e] = zero
         cuda.syncthreads()
@@ -143,7 +140,7 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
         block's 32, for all 4 MMAs at once.  Zeros where not ``live`` (past the last step)."""
         g, k4 = lane // 4, lane % 4
         step = step if live else 0  # (no branch around the loads: a dead step reads as empty slots)
-        p0, p1, p2, p3 = load_src(frag_src, (frag_base[w] + step) * 32 + lane, 0)
+        p0, p1, p2, p3 = load4(frag_src, (frag_base[w] + step) * 32 + lane, 0)
         a0 = to_tf32(data[p0]) if live and p0 >= 0 else zero
         a1 = to_tf32(data[p1]) if live and p1 >= 0 else zero
         a2 = to_tf32(data[p2]) if live and p2 >= 0 else zero
@@ -163,8 +160,8 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
         g, k4 = lane // 4, lane % 4
         step = step if live else 0  # (as in tf32_fragments)
         row = (frag_base[w] + step) * 32 + lane
-        p0, p1, p2, p3 = load_src(frag_src, row, 0)
-        p4, p5, p6, p7 = load_src(frag_src, row, 4)
+        p0, p1, p2, p3 = load4(frag_src, row, 0)
+        p4, p5, p6, p7 = load4(frag_src, row, 4)
         if not live:
             p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = -1
         a0 = pack_bits(bits_at(data, p0), bits_at(data, p1))
