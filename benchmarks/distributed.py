@@ -27,8 +27,9 @@ exchange); the same for ``sddmm``; and a 2-layer GCN training step
 also with the exchanges done first (``unpipelined_ms``).  Speed-up
 and efficiency are against the smallest P of ``--ranks`` (1 by default) of the same graph and
 partition, or of ``--baseline``'s rows where that holds a smaller P (a series split over calls:
-``--ranks 1,2`` then ``--ranks 4 --baseline`` the first call's ``--out``).  Each row is appended to ``--out`` as it is measured; cases that would start after
-``--deadline`` seconds are skipped.
+``--ranks 1,2`` then ``--ranks 4 --baseline`` the first call's ``--out``).  Each row is
+appended to ``--out`` as it is measured; cases that would start after ``--deadline`` seconds
+are skipped.
 """
 import argparse
 import json

@@ -40,8 +40,9 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
 
     ``tensor_cores`` (float32 values: ``mma.sync`` m16n8k8, TF32 inputs rounded from float32;
     float16 and bfloat16 values: m16n8k16, whose products of 16-bit inputs are exact; FP32
-    accumulators in both): the dense-tile path is ``tiles_into_mma`` and the arguments ``tile_entry, tile_slot`` are the fragment sources
-    ``frag_base, frag_src`` of :func:`fragments`.  ``vec4``: B's rows read 4 values per load
+    accumulators in both): the dense-tile path is ``tiles_into_mma`` and the arguments
+    ``tile_entry, tile_slot`` are the fragment sources ``frag_base, frag_src`` of
+    :func:`fragments`.  ``vec4``: B's rows read 4 values per load
     (N a multiple of 4, B aligned to 4 values).
     """
     _, value_type, compute = value_types(value_dtype)
