@@ -1,7 +1,11 @@
 """Train HC-SpMM's core selector from GPU timings of both paths and write the shipped model.
 
-    python tools/train_hc_selector.py benchmarks/results/<run>/hc_selector_data.json \\
-        --out numbasparse/select/hc_selector.json
+    python tools/train_hc_selector.py benchmarks/results/<run>/hc_selector_data.json [MORE.json ...] \\
+        [--out numbasparse/select/hc_selector_<tiles>.json]
+
+Several files (of one ``--precision``) are trained on as one.  The model is written for the kind
+of tile its timings are of (``numbasparse.select.TILE_KINDS``: float32 -> emulated, tf32 ->
+tf32, float16 / bfloat16 -> half); ``--write`` writes it where the library reads that kind.
 
 Labels: 1 (dense tiles) where the dense-tile path was faster.  For each candidate feature set
 two models are fitted: on the synthetic windows alone (as paper 001 does) and on synthetic plus
@@ -18,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from numbasparse.select.hc import FEATURES, Model, features_of
+from numbasparse.select.hc import FEATURES, Model, features_of, model_path, tile_kind
 from numbasparse.select.train import fit_logistic, predict
 
 CANDIDATES = (("sparsity", "n_cols"), ("sparsity", "log2_n_cols"), ("sparsity", "log2_n_cols", "row_nnz"))
@@ -57,10 +61,18 @@ def cross_validate(X, y, t, folds=5, seed=0):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("data", help="JSON from tools/hc_selector_data.py")
-    p.add_argument("--out", help="write the chosen model here (e.g. numbasparse/select/hc_selector.json)")
+    p.add_argument("data", nargs="+", help="JSON from tools/hc_selector_data.py (one precision)")
+    p.add_argument("--out", help="write the chosen model here")
+    p.add_argument("--write", action="store_true", help="write it as the shipped model of its kind of tile")
     args = p.parse_args()
-    doc = json.loads(Path(args.data).read_text())
+    docs = [json.loads(Path(path).read_text()) for path in args.data]
+    precisions = {d.get("precision", "float32") for d in docs}
+    if len(precisions) != 1:
+        p.error(f"the data files hold timings of different precisions: {sorted(precisions)}")
+    tiles = tile_kind(precisions.pop())
+    doc = dict(gpu=docs[0]["gpu"], samples=[s for d in docs for s in d["samples"]])
+    if args.write:
+        args.out = str(model_path(tiles))
     synthetic = [s for s in doc["samples"] if s["source"] == "synthetic"]
     real = [s for s in doc["samples"] if s["source"] != "synthetic"]
     Xs, ys, ts, _ = table(synthetic)
@@ -107,7 +119,7 @@ def main():
     _, _, best, (mean, scale, coef, intercept), (lower, upper) = min(results, key=lambda r: (r[0], r[1]))
     print(f"chosen: {'+'.join(best['features'])} trained on {best['trained_on']}")
     if args.out:
-        meta = dict(provenance=f"python tools/train_hc_selector.py {args.data}", gpu=doc["gpu"],
+        meta = dict(provenance=f"python tools/train_hc_selector.py {' '.join(args.data)}", tiles=tiles, gpu=doc["gpu"],
                     trained=datetime.date.today().isoformat(), samples=len(synthetic),
                     real_groups=len(real), candidates=[r[2] for r in results],
                     baselines=dict(always_cores=scores(np.zeros(len(yr), np.int64), yr, tr, wr),

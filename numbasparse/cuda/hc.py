@@ -387,33 +387,32 @@ def windows(A):
     return A.cache.get_or_build("plans", ("row_windows",), build)
 
 
-def paths(A, mode):
-    """Device boolean array, per row window: True -> dense-tile path.  ``mode`` is "hybrid"
-    (the logistic-regression selector, :mod:`numbasparse.select`), "tiles" or "cores"."""
+def paths(A, mode, tiles="emulated"):
+    """(host, device) boolean arrays, per row window: True -> dense-tile path.  ``mode`` is
+    "hybrid" (the logistic-regression selector for ``tiles``, one of
+    :data:`numbasparse.select.TILE_KINDS`), "tiles" or "cores"."""
     def build():
         from .. import select
 
         host, _ = windows(A)
         if mode == "hybrid":
-            choice = select.use_tiles(host)
+            choice = select.use_tiles(host, tiles=tiles)
         else:
             choice = np.full(host.n_windows, mode == "tiles", np.bool_)
-        return cuda.to_device(choice)
-    return A.cache.get_or_build("plans", ("hc_paths", mode), build)
+        return choice, cuda.to_device(choice)
+    return A.cache.get_or_build("plans", ("hc_paths", mode, tiles if mode == "hybrid" else None), build)
 
 
-def fragments(A, mode, wide=False):
+def fragments(A, mode, tiles):
     """(frag_base, frag_src) on the device: where the tensor-core path finds each lane's A
-    fragment, for the windows ``mode`` puts on tiles (``wide``: m16n8k16's 16-column tiles;
-    :func:`numbasparse.preprocess.row_windows.fragment_sources`); kept in A's cache."""
-    use_tiles = paths(A, mode)
-
+    fragment, for the windows ``mode`` puts on ``tiles`` ("tf32": m16n8k8's 8-column tiles,
+    "half": m16n8k16's 16-column ones; :func:`numbasparse.preprocess.row_windows.fragment_sources`);
+    kept in A's cache."""
     def build():
         host, _ = windows(A)
-        base, src = fragment_sources(host, use_tiles.copy_to_host(), A.indices.dtype, wide)
+        base, src = fragment_sources(host, paths(A, mode, tiles)[0], A.indices.dtype, tiles == "half")
         return cuda.to_device(base), cuda.to_device(src)
-    # (keyed by the paths array too: fragments made for other paths would point at wrong tiles)
-    return A.cache.get_or_build("plans", ("hc_fragments", mode, wide, id(use_tiles)), build)
+    return A.cache.get_or_build("plans", ("hc_fragments", mode, tiles), build)
 
 
 def _window_args(A, use_tiles, tile_arrays=None):
@@ -438,11 +437,12 @@ def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid", tf32=False):
     fmt = kernel_format(A.dtype)
     half = is_half_format(fmt)
     tensor_cores = bool(tf32) or (half and mode != "cores")  # (cores: no tile, no sm_80 needed)
+    tiles = ("half" if half else "tf32") if tensor_cores else "emulated"
     vec4 = tensor_cores and vector_width(n, B.dtype.itemsize, B) >= 4
     kernel = spmm_hc_kernel(fmt, A.indices.dtype.str, tensor_cores, vec4, half and C.dtype.itemsize == 4)
     grid = (cdiv(m, WINDOW), cdiv(n, COLS))
-    tile_arrays = fragments(A, mode, wide=half) if tensor_cores else None
-    launch.run(kernel, grid, THREADS, stream, *_window_args(A, paths(A, mode), tile_arrays), B, C)
+    tile_arrays = fragments(A, mode, tiles) if tensor_cores else None
+    launch.run(kernel, grid, THREADS, stream, *_window_args(A, paths(A, mode, tiles)[1], tile_arrays), B, C)
 
 
 def spmm_dense(A, X, W, out, *, stream=0, mode="hybrid"):
@@ -452,4 +452,4 @@ def spmm_dense(A, X, W, out, *, stream=0, mode="hybrid"):
     if m == 0 or f == 0:
         return
     kernel = spmm_dense_kernel(kernel_format(A.dtype), A.indices.dtype.str)
-    launch.run(kernel, cdiv(m, WINDOW), THREADS, stream, *_window_args(A, paths(A, mode)), X, W, out)
+    launch.run(kernel, cdiv(m, WINDOW), THREADS, stream, *_window_args(A, paths(A, mode)[1]), X, W, out)

@@ -3,9 +3,10 @@
 Candidate features per window: the paper's two (section IV-B), the sparsity of its condensed
 16 x n_cols submatrix (1 - nnz / (16 n_cols)) and its number of non-zero columns n_cols, plus
 log2(n_cols) and the mean nonzeros per row; a model names the ones it uses and decides
-``w . standardise(features) + b > 0`` -> dense tiles.  Coefficients ship in
-``hc_selector.json`` beside this file, written by ``tools/train_hc_selector.py`` from the
-timings that ``tools/hc_selector_data.py`` collects on the GPU (both in the repository).
+``w . standardise(features) + b > 0`` -> dense tiles.  One model per kind of tile (a tile costs
+differently emulated on CUDA cores, on TF32 m16n8k8 and on 16-bit m16n8k16), shipped beside this
+file as ``hc_selector_<kind>.json``, written by ``tools/train_hc_selector.py`` from the timings
+that ``tools/hc_selector_data.py`` collects on the GPU (both in the repository).
 """
 import json
 from dataclasses import dataclass
@@ -17,7 +18,22 @@ from numba import njit
 from ..preprocess.row_windows import WINDOW
 
 FEATURES = ("sparsity", "n_cols", "log2_n_cols", "row_nnz")
-MODEL_PATH = Path(__file__).with_name("hc_selector.json")
+#: Kinds of dense tile, each with its own model: float32 tiles emulated on CUDA cores, TF32
+#: tiles (float32 operands, ``precision="tf32"``) and 16-bit tiles (float16 / bfloat16 operands)
+#: on the tensor cores.
+TILE_KINDS = ("emulated", "tf32", "half")
+
+
+def model_path(tiles="emulated"):
+    """Where the shipped model for ``tiles`` (one of :data:`TILE_KINDS`) lives."""
+    if tiles not in TILE_KINDS:
+        raise ValueError(f"tiles must be one of {TILE_KINDS}, got {tiles!r}")
+    return Path(__file__).with_name(f"hc_selector_{tiles}.json")
+
+
+def tile_kind(precision):
+    """The tile kind timed under a ``tools/hc_selector_data.py --precision``."""
+    return {"float32": "emulated", "tf32": "tf32", "float16": "half", "bfloat16": "half"}[precision]
 
 
 @dataclass(frozen=True)
@@ -58,9 +74,9 @@ class Model:
 _loaded = {}
 
 
-def load_model(path=None):
-    """The shipped model (or the one at ``path``), read once."""
-    path = Path(path) if path is not None else MODEL_PATH
+def load_model(path=None, tiles="emulated"):
+    """The shipped model for ``tiles`` (or the one at ``path``), read once."""
+    path = Path(path) if path is not None else model_path(tiles)
     if path not in _loaded:
         with open(path) as f:
             _loaded[path] = Model.from_json(json.load(f))
@@ -97,8 +113,9 @@ def _decide(features, columns, lower, upper, mean, scale, coef, intercept, nnz):
     return out
 
 
-def use_tiles(windows, model=None):
-    """Boolean per window of a :class:`RowWindows`: True -> dense-tile path."""
-    model = model or load_model()
+def use_tiles(windows, model=None, tiles="emulated"):
+    """Boolean per window of a :class:`RowWindows`: True -> dense-tile path (``model``, else the
+    shipped model for ``tiles``)."""
+    model = model or load_model(tiles=tiles)
     return _decide(window_features(windows), model.columns, model.lower, model.upper, model.mean,
                    model.scale, model.coef, model.intercept, windows.nnz)

@@ -17,7 +17,8 @@ def _setup(A, dtype, mode):
     dev = CSR.from_scipy(A, dtype=dtype)
     if mode == "mixed":
         windows, _ = hc.windows(dev)
-        dev.cache.put("plans", ("hc_paths", "mixed"), cuda.to_device(np.arange(windows.n_windows) % 2 == 0))
+        choice = np.arange(windows.n_windows) % 2 == 0
+        dev.cache.put("plans", ("hc_paths", "mixed", None), (choice, cuda.to_device(choice)))
     return dev
 
 

@@ -7,9 +7,9 @@ import scipy.sparse as sp
 
 from numbasparse import graphs
 from numbasparse.preprocess.row_windows import row_windows
-from numbasparse.select import FEATURES, Model, fit_logistic, load_model, use_tiles, window_features
+from numbasparse.select import FEATURES, TILE_KINDS, Model, fit_logistic, load_model, use_tiles, window_features
 from numbasparse.select.data import synthetic_windows, window_groups
-from numbasparse.select.hc import MODEL_PATH
+from numbasparse.select.hc import model_path, tile_kind
 from numbasparse.select.train import predict
 
 
@@ -33,18 +33,27 @@ def test_logistic_regression_rejects_bad_labels():
         fit_logistic(np.zeros((3, 2)), np.array([0, 2, 1]))
 
 
-def test_shipped_model_loads_and_decides():
-    model = load_model()
-    doc = json.loads(MODEL_PATH.read_text())
+@pytest.mark.parametrize("tiles", TILE_KINDS)
+def test_every_kind_of_tile_ships_a_model_that_decides(tiles):
+    model = load_model(tiles=tiles)
+    doc = json.loads(model_path(tiles).read_text())
     assert set(doc["features"]) <= set(FEATURES) and "provenance" in doc and "gpu" in doc
+    assert doc.get("tiles", "emulated") == tiles
     rw = row_windows(graphs.default_graph())
-    choice = use_tiles(rw, model)
+    choice = use_tiles(rw, tiles=tiles)
     assert choice.dtype == np.bool_ and choice.shape == (rw.n_windows,)
     assert not choice[rw.nnz == 0].any()
 
 
-def test_dense_windows_go_to_tiles_and_scattered_to_cores():
-    model = load_model()
+def test_an_unknown_kind_of_tile_is_named_in_the_error():
+    with pytest.raises(ValueError, match="tiles must be one of"):
+        load_model(tiles="int8")
+    assert [tile_kind(p) for p in ("float32", "tf32", "float16", "bfloat16")] == ["emulated", "tf32", "half", "half"]
+
+
+@pytest.mark.parametrize("tiles", TILE_KINDS)
+def test_dense_windows_go_to_tiles_and_scattered_to_cores(tiles):
+    model = load_model(tiles=tiles)
     dense = row_windows(sp.csr_matrix(np.ones((16, 8))))
     scattered = row_windows(sp.csr_matrix((np.ones(16), (np.arange(16), np.arange(16) * 7)), shape=(16, 200)))
     assert use_tiles(dense, model).all() and not use_tiles(scattered, model).any()
