@@ -20,13 +20,16 @@ spmm      ``hp`` for float16/bfloat16 operands                   the kernels tha
 spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs x N = 64..256
           SLAB_MAX_L2_SHARE of L2 and the default tiling's       (balanced tiles): at >= 4 and B
           segments (a row's entries in one column slab)          within a quarter of L2, slab
-          average >= SLAB_MIN_SEGMENT entries, counted on A's    faster than HP in 9 of 10 cases
-          pattern (:func:`slab_pays`): B rows are re-used from   (1.13-1.66x by kernel time;
-          L1, at one atomic flush per segment; past a quarter    0.91x in the other); HP faster
-          of L2 the tiles' B rows miss L2                        in 20 of 22 past a quarter of L2
-                                                                 and in 16 of 22 below 4 (slab
-                                                                 1.08-1.34x on Cora, Citeseer,
-                                                                 amazon-photo, wiki-vote directed);
+          average >= SLAB_MIN_SEGMENT entries (3.5 where the     faster than HP in 9 of 10 cases
+          mean row is short), counted on A's pattern             (1.13-1.66x by kernel time;
+          (:func:`slab_pays`): B rows are re-used from L1, at    0.91x in the other); HP faster
+          one atomic flush per segment; past a quarter of L2     in 20 of 22 past a quarter of L2
+          the tiles' B rows miss L2; HP on short rows is         and in 16 of 22 below 4 (slab
+          latency-bound (Nsight Compute: 21-31% of L2            1.08-1.34x on Cora, Citeseer,
+          throughput), so the slab kernel pays sooner            amazon-photo, wiki-vote directed;
+                                                                 the last, rows of 17 at 3.6,
+                                                                 taken since; "What limits HP on
+                                                                 the worst cases");
                                                                  N = 32: HP faster on the large
                                                                  graphs whatever the segments
                                                                  ("Column-slab SpMM",
@@ -61,7 +64,7 @@ from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
 from .cuda.device import current_gpu, memory_system, one_device
 from .dtypes import HALF_NAMES, storage_dtype
-from .preprocess.rows import longest_row
+from .preprocess.rows import longest_row, nonempty_rows
 from .preprocess.slab_tiles import entries_per_segment
 
 BACKENDS = ("auto", "cuda", "cpu")
@@ -73,6 +76,14 @@ BACKENDS = ("auto", "cuda", "cpu")
 #: below 4 the slab kernel wins or loses by HP's cost per entry (row length), which one threshold
 #: cannot express (BENCHMARKS.md "Column-slab SpMM"; benchmarks/NOTES.md, item 1).
 SLAB_MIN_SEGMENT = 4.0
+#: ... or SLAB_MIN_SEGMENT_SHORT_ROWS on graphs of short rows (mean non-empty row below
+#: ``hp.SINGLE_MAX_MEAN_ROW``): there HP is bound by latency, not L2 bandwidth. In Nsight Compute
+#: it used 21-31% of L2 throughput against 54-82% on long rows, every short row ending in a
+#: dependent ``indptr`` load and a store. So its cost per entry is higher and the slab kernel
+#: pays at fewer entries per segment: wiki-vote directed, rows of 17, 3.6 entries, slab
+#: 1.31-1.34x faster; email-enron, rows of 10, 2.9, 0.73x (BENCHMARKS.md "What limits HP on
+#: the worst cases").
+SLAB_MIN_SEGMENT_SHORT_ROWS = 3.5
 SLAB_MIN_COLUMNS = 64
 #: ... and where B (A's columns x N) takes at most this share of the L2 cache: the slab kernel
 #: deals its tiles in size order over the whole matrix, so the B rows in use at once span many
@@ -287,7 +298,7 @@ def slab_pays(A, n_cols, itemsize):
     """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM: N >=
     SLAB_MIN_COLUMNS, B takes at most SLAB_MAX_L2_SHARE of the L2 cache, and the default
     tiling's segments (runs of a row's entries in one column slab) average >= SLAB_MIN_SEGMENT
-    entries, counted on A's pattern: on the GPU for a device
+    entries (SLAB_MIN_SEGMENT_SHORT_ROWS on graphs of short rows), counted on A's pattern: on the GPU for a device
     :class:`~numbasparse.CSR` (the answer kept in ``A.cache``: the rule runs on every call), on
     the host for a scipy matrix (L2 and the tiling are the current GPU's either way)."""
     if n_cols < SLAB_MIN_COLUMNS or A.nnz == 0:
@@ -298,10 +309,13 @@ def slab_pays(A, n_cols, itemsize):
             return False
         vec, _ = slab.lane_layout(n_cols, itemsize)
         _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
-        if sp.issparse(A):
-            host = A.tocsr()
-            return entries_per_segment(host.indptr, host.indices, width) >= SLAB_MIN_SEGMENT
-        return slab.entries_per_segment_on_device(A, width) >= SLAB_MIN_SEGMENT
+        host = A.tocsr() if sp.issparse(A) else None
+        indptr = A.host_indptr if host is None else host.indptr
+        short_rows = A.nnz < hp.SINGLE_MAX_MEAN_ROW * max(1, nonempty_rows(indptr))
+        needed = SLAB_MIN_SEGMENT_SHORT_ROWS if short_rows else SLAB_MIN_SEGMENT
+        if host is not None:
+            return entries_per_segment(host.indptr, host.indices, width) >= needed
+        return slab.entries_per_segment_on_device(A, width) >= needed
 
     return decide() if sp.issparse(A) else A.cache.get_or_build("plans", ("slab_pays", n_cols, itemsize), decide)
 

@@ -11,7 +11,8 @@ the slab kernel and cuSPARSE.
 
 ``--ncu rule,npg256,...``: only those variants, each checked (its first run) and then run once
 more, untimed, for Nsight Compute (``ncu -k regex:"spmm_(hp|slab)" ... python ...``: each
-variant's second kernel is the one to read); absent labels are skipped.
+variant's second kernel is the one to read); absent labels are skipped; ``cusparse`` adds one
+unchecked ``torch.sparse.mm`` after them (widen the ``-k`` regex to catch its kernels).
 """
 import argparse
 import json
@@ -100,6 +101,8 @@ for name, A, dev, T in weighted_graphs(args.folder, rng):
             variants = {k: v for k, v in variants.items() if k in args.ncu.split(",")}
         bad = errors(variants, Ct, expected)
         if args.ncu:
+            if "cusparse" in args.ncu.split(","):  # (the yardstick: its kernel beside ours)
+                variants["cusparse"] = lambda: torch.sparse.mm(T, Bt)
             for label, fn in variants.items():
                 print(f"{name} N={n} {label}", file=sys.stderr, flush=True)
                 fn()

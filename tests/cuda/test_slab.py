@@ -199,6 +199,17 @@ def test_auto_takes_the_slab_kernel_from_four_entries_per_segment(monkeypatch):
         assert dispatch.slab_pays(A, 64, 4) == pays
 
 
+def test_auto_takes_the_slab_kernel_sooner_on_short_rows(monkeypatch):
+    """HP is latency-bound on short rows: from 3.5 entries per segment there, 4 on long rows."""
+    monkeypatch.setattr(dispatch, "memory_system", lambda: (1 << 40, 3e12))
+    short = sp.random(64, 4096, density=0.003, format="csr", random_state=0, dtype=np.float32)  # rows of ~12
+    long = sp.random(64, 4096, density=0.05, format="csr", random_state=0, dtype=np.float32)   # rows of ~200
+    cases = ((short, 3.62, True), (short, 3.4, False), (short, 2.94, False), (long, 3.62, False), (long, 4.0, True))
+    for A, counted, pays in cases:  # wiki-vote directed N = 128; email-enron N = 64
+        monkeypatch.setattr(dispatch, "entries_per_segment", lambda *args, counted=counted: counted)
+        assert dispatch.slab_pays(A, 64, 4) == pays, (A.nnz / A.shape[0], counted)
+
+
 def test_the_balanced_tiling_is_worked_out_once_per_width(monkeypatch):
     counted = []
     balanced = slab.balanced_tiling
