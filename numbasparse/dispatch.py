@@ -114,6 +114,7 @@ class Algorithm:
     reductions: tuple = ("sum", "mean", "max", "min")
     dtypes: tuple = FULL_DTYPES
     precisions: tuple = ("ieee",)  # "tf32": float32 products on the tensor cores (``run(..., tf32=True)``)
+    half_on_tensor_cores: bool = False  # float16/bfloat16 operands use mma.sync (sm_80 and later)
 
 
 def _spmm_tuned(A, B, C, reduce, *, stream=0, families=None):
@@ -248,10 +249,10 @@ SPMM = _table(
               "column-slab tiles, one block per SM: B rows re-used from L1 (dense graphs, N >= 64)"),
     Algorithm("hc", "cuda", functools.partial(hc.spmm_hc, mode="hybrid"),
               "HC-SpMM 16-row windows, dense-tile or CUDA-core path per window (LR selector); 16-bit tiles on "
-              "the tensor cores", ("sum",), dtypes=ALL_DTYPES, precisions=("ieee", "tf32")),
+              "the tensor cores", ("sum",), dtypes=ALL_DTYPES, precisions=("ieee", "tf32"), half_on_tensor_cores=True),
     Algorithm("hc_tiles", "cuda", functools.partial(hc.spmm_hc, mode="tiles"),
               "HC-SpMM, every window on the dense-tile path", ("sum",), dtypes=ALL_DTYPES,
-              precisions=("ieee", "tf32")),
+              precisions=("ieee", "tf32"), half_on_tensor_cores=True),
     Algorithm("hc_cores", "cuda", functools.partial(hc.spmm_hc, mode="cores"),
               "HC-SpMM, every window on the CUDA-core path", ("sum",), dtypes=ALL_DTYPES),
     Algorithm("tuned", "cuda", _spmm_tuned,
@@ -366,8 +367,7 @@ def resolve(op, algorithm, backend, on_device, n_cols, reduce="sum", itemsize=4,
         if precision == "tf32":
             require_sm80("TF32 tensor cores (precision='tf32')", "precision='ieee'")
     name = algorithm if algorithm != "auto" else auto_name(op, backend, n_cols, itemsize, matrix, dtype)
-    # (the algorithms that offer TF32 tiles run 16-bit ones on the tensor cores too)
-    if backend == "cuda" and "tf32" in table[name].precisions and dtype is not None and dtype.name == "float16":
+    if backend == "cuda" and table[name].half_on_tensor_cores and dtype is not None and dtype.name == "float16":
         require_sm80(f"float16 tiles on the tensor cores (algorithm {name!r})", "algorithm 'hp' or 'hc_cores'")
     if op == "spmm" and reduce not in table[name].reductions:
         raise ValueError(f"algorithm {name!r} supports reduce in {table[name].reductions}, not {reduce!r}")

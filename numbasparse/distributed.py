@@ -167,6 +167,7 @@ class DistGraph:
         self._recv_offsets = np.concatenate([[0], np.cumsum(self._recv_counts)]).astype(np.int64)
         self._blocks, self._block_csrs = (None, {}), {}  # the pipeline's column blocks of one split, built on first use
         self._default_blocks = {}  # ... with dg.values, kept while they are unchanged
+        self._pattern_blocks = {}  # ... with ones (the pattern alone), per dtype
         self.pipeline = None  # the pipeline's split of the halo: None (the rule), "sources", "halo" or "off"
         # Where no rank has a halo (one rank, or disconnected parts) the exchange is skipped on
         # every rank: appending an empty halo would copy X on each call for nothing.
@@ -266,7 +267,7 @@ class DistGraph:
         entries' positions in ``graph``'s entry order (to take their values).  Built on first
         use; one split kept at a time (~12 bytes per entry each way)."""
         if self._blocks[0] != per_source:  # (the other split's memory first: one split kept)
-            self._blocks, self._block_csrs, self._default_blocks = (per_source, {}), {}, {}
+            self._blocks, self._block_csrs, self._default_blocks, self._pattern_blocks = (per_source, {}), {}, {}, {}
         built = self._blocks[1]
         if transpose not in built:
             row_ptr, cols = (a.cpu().numpy() for a in self.graph._csr_parts[False][:2])  # (no host ones kept)
@@ -318,6 +319,15 @@ class DistGraph:
         if default:
             self._default_blocks[transpose] = (stamp, matrices)
         return matrices
+
+    def _ones(self, per_source, dtype):
+        """:meth:`_with_values` with every value one, as the values' gradient's SDDMM needs (the
+        pattern alone): built once per split and dtype, not per backward."""
+        self._column_blocks(per_source, False)  # (a new split drops the other's blocks first)
+        if dtype not in self._pattern_blocks:
+            ones = torch.ones(self.graph.nnz, dtype=dtype, device=self.device)
+            self._pattern_blocks[dtype] = self._with_values(ones, per_source)
+        return self._pattern_blocks[dtype]
 
     def _rounds(self, per_source, back=False):
         """The (to, source) pairs of each round of sends and receives: all in one round, or one
@@ -560,7 +570,7 @@ def _block_scores(dg, per_source, X, Y, halo):
     """<X_i, [Y; halo]_j> for every entry, one column block at a time (no [Y; halo] built: it
     would take another copy of both)."""
     s = X.new_empty(dg.graph.nnz)
-    for begin, end, block, entries in dg._with_values(X.new_ones(dg.graph.nnz), per_source):
+    for begin, end, block, entries in dg._ones(per_source, X.dtype):
         if block.nnz:
             s[entries] = _scores(block, X, Y if begin < 0 else halo[begin:end])
     return s

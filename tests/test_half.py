@@ -121,6 +121,18 @@ def test_auto_runs_hp_for_half_where_it_runs_slab_for_float32():
     assert dispatch.resolve("spmm", "auto", "cuda", True, 128, "sum", 2, dense, dtype=np.dtype(np.float16)).name == "hp"
 
 
+def test_float16_tiles_on_the_tensor_cores_need_sm80_and_name_the_alternatives(monkeypatch):
+    monkeypatch.setattr(dispatch, "has_sm80", lambda: False)  # an older GPU
+    float16, bfloat16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+    for algorithm in ("hc", "hc_tiles"):
+        with pytest.raises(ValueError, match=f"float16 tiles on the tensor cores \\(algorithm '{algorithm}'\\).*'hp'"):
+            dispatch.resolve("spmm", algorithm, "cuda", True, 64, "sum", 2, dtype=float16)
+    for algorithm in ("hp", "hc_cores"):  # CUDA cores only
+        assert dispatch.resolve("spmm", algorithm, "cuda", True, 64, "sum", 2, dtype=float16).name == algorithm
+    with pytest.raises(ValueError, match="bfloat16 operands need a GPU of compute capability 8.0"):
+        dispatch.resolve("spmm", "hp", "cuda", True, 64, "sum", 2, dtype=bfloat16)
+
+
 def test_half_inputs_are_not_modified(graph):
     B = np.random.default_rng(5).standard_normal((29, 8)).astype(ml_dtypes.bfloat16)
     before = B.copy()
