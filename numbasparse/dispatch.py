@@ -28,8 +28,9 @@ spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs 
           latency-bound (Nsight Compute: 21-31% of L2            1.08-1.34x on Cora, Citeseer,
           throughput), so the slab kernel pays sooner            amazon-photo, wiki-vote directed;
                                                                  the last, rows of 17 at 3.6,
-                                                                 taken since; "What limits HP on
-                                                                 the worst cases");
+                                                                 taken by the short-row threshold;
+                                                                 "What limits HP on the worst
+                                                                 cases");
                                                                  N = 32: HP faster on the large
                                                                  graphs whatever the segments
                                                                  ("Column-slab SpMM",
@@ -73,16 +74,13 @@ BACKENDS = ("auto", "cuda", "cpu")
 #: SLAB_MIN_SEGMENT entries (:func:`slab_pays`) and N >= SLAB_MIN_COLUMNS: first fitted on sampled
 #: subgraphs (9-37 entries per segment: faster at N = 64..256, every reduction; R-MAT and small
 #: citation graphs, 1-1.5: slower), then checked on the 18 shared graphs (table above).  Just
-#: below 4 the slab kernel wins or loses by HP's cost per entry (row length), which one threshold
-#: cannot express (BENCHMARKS.md "Column-slab SpMM"; benchmarks/NOTES.md, item 1).
+#: below 4 the slab kernel wins or loses by HP's cost per entry, higher on short rows:
+#: SLAB_MIN_SEGMENT_SHORT_ROWS (BENCHMARKS.md "Column-slab SpMM"; benchmarks/NOTES.md, item 1).
 SLAB_MIN_SEGMENT = 4.0
-#: ... or SLAB_MIN_SEGMENT_SHORT_ROWS on graphs of short rows (mean non-empty row below
-#: ``hp.SINGLE_MAX_MEAN_ROW``): there HP is bound by latency, not L2 bandwidth. In Nsight Compute
-#: it used 21-31% of L2 throughput against 54-82% on long rows, every short row ending in a
-#: dependent ``indptr`` load and a store. So its cost per entry is higher and the slab kernel
-#: pays at fewer entries per segment: wiki-vote directed, rows of 17, 3.6 entries, slab
-#: 1.31-1.34x faster; email-enron, rows of 10, 2.9, 0.73x (BENCHMARKS.md "What limits HP on
-#: the worst cases").
+#: ... or SLAB_MIN_SEGMENT_SHORT_ROWS where the mean non-empty row is below
+#: ``hp.SINGLE_MAX_MEAN_ROW``: HP is latency-bound on short rows (each row's end a dependent
+#: ``indptr`` load and a store), so the slab kernel pays at fewer entries per segment
+#: (BENCHMARKS.md "What limits HP on the worst cases").
 SLAB_MIN_SEGMENT_SHORT_ROWS = 3.5
 SLAB_MIN_COLUMNS = 64
 #: ... and where B (A's columns x N) takes at most this share of the L2 cache: the slab kernel
@@ -311,8 +309,8 @@ def slab_pays(A, n_cols, itemsize):
         vec, _ = slab.lane_layout(n_cols, itemsize)
         _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
         host = A.tocsr() if sp.issparse(A) else None
-        indptr = A.host_indptr if host is None else host.indptr
-        short_rows = A.nnz < hp.SINGLE_MAX_MEAN_ROW * max(1, nonempty_rows(indptr))
+        indptr, nnz = (A.host_indptr, A.nnz) if host is None else (host.indptr, host.nnz)
+        short_rows = nnz < hp.SINGLE_MAX_MEAN_ROW * nonempty_rows(indptr)
         needed = SLAB_MIN_SEGMENT_SHORT_ROWS if short_rows else SLAB_MIN_SEGMENT
         if host is not None:
             return entries_per_segment(host.indptr, host.indices, width) >= needed

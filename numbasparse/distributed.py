@@ -265,7 +265,7 @@ class DistGraph:
         each block's pattern over those columns (``transpose``: the block's transpose, its rows
         the block's columns) as arrays on the rank's device (host arrays on CPU ranks), and its
         entries' positions in ``graph``'s entry order (to take their values).  Built on first
-        use; one split kept at a time (~12 bytes per entry each way)."""
+        use; one split kept at a time (~12 bytes per entry each way, and :meth:`_ones`' values)."""
         if self._blocks[0] != per_source:  # (the other split's memory first: one split kept)
             self._blocks, self._block_csrs, self._default_blocks, self._pattern_blocks = (per_source, {}), {}, {}, {}
         built = self._blocks[1]

@@ -121,7 +121,7 @@ def test_auto_runs_hp_for_half_where_it_runs_slab_for_float32():
     assert dispatch.resolve("spmm", "auto", "cuda", True, 128, "sum", 2, dense, dtype=np.dtype(np.float16)).name == "hp"
 
 
-def test_float16_tiles_on_the_tensor_cores_need_sm80_and_name_the_alternatives(monkeypatch):
+def test_half_tiles_on_the_tensor_cores_and_bfloat16_need_sm80_and_name_the_alternatives(monkeypatch):
     monkeypatch.setattr(dispatch, "has_sm80", lambda: False)  # an older GPU
     float16, bfloat16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
     for algorithm in ("hc", "hc_tiles"):

@@ -1,7 +1,7 @@
 """Train HC-SpMM's core selector from GPU timings of both paths and write the shipped model.
 
     python tools/train_hc_selector.py benchmarks/results/<run>/hc_selector_data.json [MORE.json ...] \\
-        [--out numbasparse/select/hc_selector_<tiles>.json]
+        [--out MODEL.json | --write]
 
 Several files (of one ``--precision``) are trained on as one.  The model is written for the kind
 of tile its timings are of (``numbasparse.select.TILE_KINDS``: float32 -> emulated, tf32 ->
@@ -62,14 +62,18 @@ def cross_validate(X, y, t, folds=5, seed=0):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", nargs="+", help="JSON from tools/hc_selector_data.py (one precision)")
-    p.add_argument("--out", help="write the chosen model here")
-    p.add_argument("--write", action="store_true", help="write it as the shipped model of its kind of tile")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", help="write the chosen model here")
+    where.add_argument("--write", action="store_true", help="write it as the shipped model of its kind of tile")
     args = p.parse_args()
     docs = [json.loads(Path(path).read_text()) for path in args.data]
     precisions = {d.get("precision", "float32") for d in docs}
     if len(precisions) != 1:
         p.error(f"the data files hold timings of different precisions: {sorted(precisions)}")
     tiles = tile_kind(precisions.pop())
+    gpus = {d["gpu"] for d in docs}
+    if len(gpus) != 1:
+        p.error(f"the data files hold timings of different GPUs: {sorted(gpus)}")
     doc = dict(gpu=docs[0]["gpu"], samples=[s for d in docs for s in d["samples"]])
     if args.write:
         args.out = str(model_path(tiles))

@@ -46,17 +46,19 @@ def public_call(A, Bt, single):
     rule's) while its first calls plan and record it (from then on the replay launches it).
     Forcing moves the mean-row bound only: a graph whose rows span more blocks than
     ``hp.MAX_SINGLE_LAUNCH_SPAN`` or whose groups zero more than ``hp.MAX_ZEROED_ROWS`` empty rows
-    keeps the filled launch (the JSON line's ``span`` and ``empty_per_group`` say)."""
+    keeps the filled launch (the JSON line's ``span`` and ``empty_per_group`` say).  The rule is
+    patched, not ``hp.SINGLE_MAX_MEAN_ROW``, which ``auto``'s slab rule reads too."""
     import numbasparse as ns
 
-    csr, saved = ns.CSR.from_scipy(A), hp.SINGLE_MAX_MEAN_ROW
+    csr, rule = ns.CSR.from_scipy(A), hp.single_launch
     if single is not None:
-        hp.SINGLE_MAX_MEAN_ROW = float("inf") if single else 0.0
+        mean_row = 0.0 if single else float("inf")
+        hp.single_launch = lambda _, span, empty_rows: rule(mean_row, span, empty_rows)
     try:
         for _ in range(6):
             ns.spmm(csr, Bt)
     finally:
-        hp.SINGLE_MAX_MEAN_ROW = saved
+        hp.single_launch = rule
     return lambda: ns.spmm(csr, Bt)
 
 

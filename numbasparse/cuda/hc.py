@@ -412,7 +412,7 @@ def fragments(A, mode, tiles):
         host, _ = windows(A)
         base, src = fragment_sources(host, paths(A, mode, tiles)[0], A.indices.dtype, tiles == "half")
         return cuda.to_device(base), cuda.to_device(src)
-    return A.cache.get_or_build("plans", ("hc_fragments", mode, tiles), build)
+    return A.cache.get_or_build("plans", ("hc_fragments", mode, tiles), build)  # (the paths of (mode, tiles))
 
 
 def _window_args(A, use_tiles, tile_arrays=None):

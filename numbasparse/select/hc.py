@@ -19,8 +19,8 @@ from ..preprocess.row_windows import WINDOW
 
 FEATURES = ("sparsity", "n_cols", "log2_n_cols", "row_nnz")
 #: Kinds of dense tile, each with its own model: float32 tiles emulated on CUDA cores, TF32
-#: tiles (float32 operands, ``precision="tf32"``) and 16-bit tiles (float16 / bfloat16 operands)
-#: on the tensor cores.
+#: tiles (float32 operands, ``precision="tf32"``) and 16-bit tiles (float16 / bfloat16 operands,
+#: one model: the same m16n8k16 tiles) on the tensor cores.
 TILE_KINDS = ("emulated", "tf32", "half")
 
 

@@ -70,6 +70,34 @@ def test_tensor_core_tiles_match_the_tf32_product(mode, n, width):
                    cuda.device_array((37, 40)), mode="tiles", tf32=True)
 
 
+def test_the_hybrid_takes_the_selector_model_of_its_kind_of_tile():
+    """Each kind of tile (emulated, TF32, 16-bit) has its own model: one CSR run in float32 and
+    TF32 keeps both paths, each the selector's choice for its kind, and both results right."""
+    import ml_dtypes
+
+    from numbasparse import select
+    from numbasparse.cuda import device
+
+    if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
+        pytest.skip("tensor cores need sm_80")
+    rng = np.random.default_rng(7)
+    A = _graph((48, 40), rng, density=0.4)
+    B = rng.standard_normal((40, 16)).astype(np.float32)
+    exact = spmm_reference(A, B)
+    runs = [(np.float32, False, "emulated"), (np.float32, True, "tf32"), (ml_dtypes.bfloat16, False, "half")]
+    for dtype, tf32, tiles in runs:
+        dev = _setup(A, dtype, "hybrid")
+        operand = B.astype(dtype)
+        C = cuda.to_device(np.full((48, 16), np.nan, np.float32))  # poisoned
+        hc.spmm_hc(dev, cuda.to_device(operand.view(np.uint16) if operand.itemsize == 2 else operand), C,
+                   mode="hybrid", tf32=tf32)
+        chosen, _ = hc.paths(dev, "hybrid", tiles)
+        assert np.array_equal(chosen, select.use_tiles(hc.windows(dev)[0], tiles=tiles))
+        assert ("hc_paths", "hybrid", tiles) in dev.cache.sections["plans"]
+        error = np.linalg.norm(C.copy_to_host() - exact) / np.linalg.norm(exact)
+        assert error < (1e-6 if tiles == "emulated" else 1e-2)
+
+
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
 @pytest.mark.parametrize("mode, n, width", [("tiles", 40, 60), ("mixed", 37, 60), ("cores", 40, 60), ("tiles", 33, 150)])
 def test_half_tiles_on_the_tensor_cores_match_the_float32_sum(name, mode, n, width):

@@ -191,7 +191,7 @@ def test_auto_reads_the_pattern_of_a_scipy_operand_too():
     assert dispatch.resolve("spmm", "auto", "cuda", False, 64, "sum", 4, dense).name == "slab"
 
 
-def test_auto_takes_the_slab_kernel_from_four_entries_per_segment(monkeypatch):
+def test_auto_takes_the_slab_kernel_from_four_entries_per_segment_on_long_rows(monkeypatch):
     monkeypatch.setattr(dispatch, "memory_system", lambda: (1 << 40, 3e12))  # B well within L2 on any GPU
     A = sp.random(64, 4096, density=0.05, format="csr", random_state=0, dtype=np.float32)
     for counted, pays in ((4.29, True), (4.0, True), (3.75, False)):  # tolokers N = 128; fb100 N = 64
@@ -204,10 +204,15 @@ def test_auto_takes_the_slab_kernel_sooner_on_short_rows(monkeypatch):
     monkeypatch.setattr(dispatch, "memory_system", lambda: (1 << 40, 3e12))
     short = sp.random(64, 4096, density=0.003, format="csr", random_state=0, dtype=np.float32)  # rows of ~12
     long = sp.random(64, 4096, density=0.05, format="csr", random_state=0, dtype=np.float32)   # rows of ~200
-    cases = ((short, 3.62, True), (short, 3.4, False), (short, 2.94, False), (long, 3.62, False), (long, 4.0, True))
-    for A, counted, pays in cases:  # wiki-vote directed N = 128; email-enron N = 64
+    # (entries per segment counted, slab?): at and above the short rows' threshold (wiki-vote directed
+    # N = 128 counts 3.62), below it (email-enron N = 64: 2.94); long rows still need 4
+    cases = ((short, 3.5, True), (short, 3.62, True), (short, 3.4, False), (short, 2.94, False),
+             (long, 3.62, False), (long, 4.0, True))
+    for A, counted, pays in cases:
         monkeypatch.setattr(dispatch, "entries_per_segment", lambda *args, counted=counted: counted)
-        assert dispatch.slab_pays(A, 64, 4) == pays, (A.nnz / A.shape[0], counted)
+        monkeypatch.setattr(slab, "entries_per_segment_on_device", lambda *args, counted=counted: counted)
+        for matrix in (A, CSR.from_scipy(A)):  # counted on the host, or on the GPU for a device CSR
+            assert dispatch.slab_pays(matrix, 64, 4) == pays, (type(matrix).__name__, A.nnz / A.shape[0], counted)
 
 
 def test_the_balanced_tiling_is_worked_out_once_per_width(monkeypatch):
