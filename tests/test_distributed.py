@@ -201,6 +201,10 @@ def _check_pipelined_scores_match_exchange_then_score(rank, world):
         (got * weights).sum().backward()
         for leaf, reference in zip(mine, leaves):
             _close(leaf.grad, reference.grad.numpy())
+        # the values' gradient reads the pattern through ones-valued blocks: built once per split
+        ones = dg._ones(split == "sources", torch.float64)
+        assert ones is dg._ones(split == "sources", torch.float64) and list(dg._pattern_blocks) == [torch.float64]
+        assert all((block.data == 1).all() for _, _, block, _ in ones)
         x, y = (torch.tensor(a) for a in (x0, y0))  # the default values
         _close(nsd.sddmm(dg, x, y), nst.sddmm(dg.graph, x, nsd.halo_exchange(dg, y)).numpy())
     # an error on one rank after the exchange was posted: raised there, nothing hangs
