@@ -5,7 +5,8 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
 - the rules' own choice, what ``algorithm="auto"`` runs, always ranked first: the tuned choice
   is the fastest of a set that holds auto's, so it is never one that timed slower than auto's;
 - HP-SpMM around its rules: DTP's nonzeros per group halved and doubled, the other gather
-  depth, the other launch mode (a 16-bit C allows only the single launch); HP-SDDMM: lane
+  depth, the other launch mode (a 16-bit C allows only the single launch), and where whole-warp
+  groups cover N in several column tiles, tiles of twice the columns; HP-SDDMM: lane
   groups per nonzero halved and doubled (each lane loops over K) and DTP halved and doubled;
 - the column-slab SpMM, where it takes the dtype;
 - HC-SpMM (sum, 16-bit operands: its tiles on the tensor cores, whose products of 16-bit inputs
@@ -159,8 +160,8 @@ def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", fa
 
 
 #: The parameters each family's launcher takes (a stored choice with others is not used).
-PARAMETERS = {("spmm", "hp"): {"nnz_per_group", "depth", "single"}, ("sddmm", "hp"): {"group", "nnz_per_warp"},
-              ("spmm", "slab"): set()}
+PARAMETERS = {("spmm", "hp"): {"nnz_per_group", "depth", "single", "layout"},
+              ("sddmm", "hp"): {"group", "nnz_per_warp"}, ("spmm", "slab"): set(), ("spmm", "hc"): {"mode"}}
 
 
 def load_cached(key):
@@ -203,6 +204,10 @@ def store(key, candidate, record):
 #: other families, its first TILED_TOP_ALONE for ``algorithm="tiled"`` (whose best was within
 #: 1.00-1.03x of an exhaustive search, BENCHMARKS.md "G-Sparse tuned and CS267 blocked kernels").
 TILED_TOP, TILED_TOP_ALONE = 3, 8
+#: HP-SpMM's layout neighbour: where the rule runs whole-warp groups over several column tiles,
+#: one tile of twice the columns (two vectors a lane, at most WIDEST_LANE values): each entry and
+#: row end is then read once per 2 tiles' columns, at the registers of 8 accumulators.
+WIDEST_LANE = 8
 FAMILIES = ("hp", "slab", "hc", "tiled")
 
 
@@ -224,7 +229,9 @@ class Candidate:
     def from_dict(cls, entry):
         if entry["family"] not in FAMILIES:
             raise ValueError(f"unknown family {entry['family']!r}")
-        return cls.of(entry["family"], **entry["params"])
+        # (JSON gives lists: a layout is a tuple, hashable as a candidate must be)
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in entry["params"].items()}
+        return cls.of(entry["family"], **params)
 
     def __str__(self):
         return f"{self.family}({', '.join(f'{k}={v}' for k, v in self.params)})"
@@ -285,6 +292,9 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             if rule != "hp":
                 ranked.append(Candidate.of("hp"))
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
+            lanes, vec, cf, _ = hp.spmm_layout(A, n_cols, itemsize, B)
+            if lanes == hp.WARP and cf == 1 and 2 * vec <= WIDEST_LANE and n_cols > lanes * vec:
+                ranked.append(Candidate.of("hp", layout=(lanes, vec, 2)))  # one tile of twice the columns
         if "slab" in families and rule != "slab" and dtype.name in dispatch.SPMM["slab"].dtypes:
             ranked.append(Candidate.of("slab"))
         if "hc" in families and is_half(dtype) and reduce == "sum" and dispatch.has_sm80():

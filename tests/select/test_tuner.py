@@ -92,6 +92,14 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     assert tuner.cache_key("H100", "abc", 64, np.float32, families=("tiled",)) != key  # per scope
 
 
+def test_stored_layouts_and_hc_paths_load_back_as_they_were_chosen(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBASPARSE_CACHE", str(tmp_path))
+    for n, choice in ((256, tuner.Candidate.of("hp", layout=(32, 4, 2))), (64, tuner.Candidate.of("hc", mode="tiles"))):
+        key = tuner.cache_key("H100", "abc", n, np.float32)
+        tuner.store(key, choice, {})
+        assert tuner.load_cached(key) == choice  # (JSON's list back to a hashable tuple)
+
+
 def test_graph_signature_follows_structure_not_values():
     A = sp.csr_matrix(np.array([[1.0, 0], [2, 3]]))
     B = A.copy()
@@ -142,6 +150,21 @@ def test_the_space_holds_only_kernels_that_take_the_dtype_and_reduction():
     assert families(tuner.candidates(dev, "spmm", 40, np.float32, families=("tiled",), device=H100)) == {"tiled"}
     sddmm = tuner.candidates(dev, "sddmm", 128, np.float32, device=H100)
     assert {dict(c.params).get("group") for c in sddmm if c.family == "hp"} >= {8, 16}  # narrower groups at K=128
+
+
+def test_hp_is_also_tried_with_one_tile_of_twice_the_columns_where_whole_warps_take_several():
+    from numba import cuda
+
+    from numbasparse.reference import spmm_reference
+
+    A, dev = _graph(5)
+    wide = tuner.Candidate.of("hp", layout=(32, 4, 2))
+    assert wide in tuner.candidates(dev, "spmm", 256, np.float32, device=H100)  # rule: 2 tiles of 32 x 4
+    assert wide not in tuner.candidates(dev, "spmm", 128, np.float32, device=H100)  # one tile already
+    B = np.random.default_rng(6).standard_normal((20, 256)).astype(np.float32)
+    C = cuda.to_device(np.full((24, 256), np.nan, np.float32))  # poisoned
+    tuner.run(wide, "spmm", dev, (cuda.to_device(B), C))
+    assert_close(C.copy_to_host(), spmm_reference(A, B), np.float32)
 
 
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
