@@ -77,10 +77,9 @@ BACKENDS = ("auto", "cuda", "cpu")
 #: below 4 the slab kernel wins or loses by HP's cost per entry, higher on short rows:
 #: SLAB_MIN_SEGMENT_SHORT_ROWS (BENCHMARKS.md "Column-slab SpMM"; benchmarks/NOTES.md, item 1).
 SLAB_MIN_SEGMENT = 4.0
-#: ... or SLAB_MIN_SEGMENT_SHORT_ROWS where the mean non-empty row is below
-#: ``hp.SINGLE_MAX_MEAN_ROW``: HP is latency-bound on short rows (each row's end a dependent
-#: ``indptr`` load and a store), so the slab kernel pays at fewer entries per segment
-#: (BENCHMARKS.md "What limits HP on the worst cases").
+#: ... or SLAB_MIN_SEGMENT_SHORT_ROWS on short rows (:func:`hp.short_rows`), where HP is
+#: latency-bound, so the slab kernel pays at fewer entries per segment (BENCHMARKS.md "What
+#: limits HP on the worst cases").
 SLAB_MIN_SEGMENT_SHORT_ROWS = 3.5
 SLAB_MIN_COLUMNS = 64
 #: ... and where B (A's columns x N) takes at most this share of the L2 cache: the slab kernel
@@ -310,8 +309,7 @@ def slab_pays(A, n_cols, itemsize):
         _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
         host = A.tocsr() if sp.issparse(A) else None
         indptr, nnz = (A.host_indptr, A.nnz) if host is None else (host.indptr, host.nnz)
-        short_rows = nnz < hp.SINGLE_MAX_MEAN_ROW * nonempty_rows(indptr)
-        needed = SLAB_MIN_SEGMENT_SHORT_ROWS if short_rows else SLAB_MIN_SEGMENT
+        needed = SLAB_MIN_SEGMENT_SHORT_ROWS if hp.short_rows(nnz, nonempty_rows(indptr)) else SLAB_MIN_SEGMENT
         if host is not None:
             return entries_per_segment(host.indptr, host.indices, width) >= needed
         return slab.entries_per_segment_on_device(A, width) >= needed

@@ -24,8 +24,10 @@ import scipy.sparse as sp
 from numba import cuda
 
 from numbasparse import CSR, graphs, reorder
+from numbasparse.arrays import device_storage
 from numbasparse.bench.timing import time_cuda
 from numbasparse.cuda import hc
+from numbasparse.dtypes import as_dtype
 from numbasparse.preprocess.row_windows import row_windows
 from numbasparse.select import window_features
 from numbasparse.select.data import synthetic_windows, window_groups
@@ -42,12 +44,10 @@ CHECKED_COLUMNS = 16
 def time_paths(A, n, precision="float32", repeat=7, launches=10):
     """Median ms per launch of each path (all windows on it: ``hc.spmm_hc``'s forced modes)
     for C = A @ B, B (K, n), operands in ``precision`` (C in float32), each path checked first."""
-    import ml_dtypes
-
-    dtype = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}.get(precision, np.dtype(np.float32))
+    dtype = as_dtype("float32" if precision == "tf32" else precision)
     dev = CSR.from_scipy(A, dtype=dtype)
     host_B = np.random.default_rng(0).standard_normal((A.shape[1], n)).astype(dtype)
-    B = cuda.to_device(host_B.view(np.uint16) if dtype.itemsize == 2 else host_B)  # (16-bit: as bits)
+    B = cuda.to_device(device_storage(host_B))
     C = cuda.device_array((A.shape[0], n), np.float32)
     rounded = sp.csr_matrix((A.data.astype(dtype).astype(np.float64), A.indices, A.indptr), shape=A.shape)
     # every row, a few columns at both ends (the first and last column blocks): the full

@@ -168,6 +168,13 @@ def sddmm_nnz_per_warp(nnz, group):
     return npw if npw >= 2 * (WARP // group) else nnz_per_warp(nnz)
 
 
+def short_rows(nnz, nonempty_rows):
+    """True where ``nnz`` entries in ``nonempty_rows`` non-empty rows average fewer than
+    SINGLE_MAX_MEAN_ROW: HP-SpMM's single-launch regime, latency-bound, each row's end (a
+    dependent ``indptr`` load, a store) weighing as much as its gathers."""
+    return nnz < SINGLE_MAX_MEAN_ROW * max(1, nonempty_rows)
+
+
 def single_launch(mean_row_nnz, span, empty_rows_per_group):
     """True where HP-SpMM runs as one GPU operation (the kernel writes every element of C:
     empty rows, rows split in the block, rows crossing blocks) rather than after a fill: graphs
