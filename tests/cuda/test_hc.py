@@ -76,6 +76,7 @@ def test_the_hybrid_takes_the_selector_model_of_its_kind_of_tile():
     import ml_dtypes
 
     from numbasparse import select
+    from numbasparse.arrays import device_storage
     from numbasparse.cuda import device
 
     if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
@@ -87,10 +88,8 @@ def test_the_hybrid_takes_the_selector_model_of_its_kind_of_tile():
     runs = [(np.float32, False, "emulated"), (np.float32, True, "tf32"), (ml_dtypes.bfloat16, False, "half")]
     for dtype, tf32, tiles in runs:
         dev = _setup(A, dtype, "hybrid")
-        operand = B.astype(dtype)
         C = cuda.to_device(np.full((48, 16), np.nan, np.float32))  # poisoned
-        hc.spmm_hc(dev, cuda.to_device(operand.view(np.uint16) if operand.itemsize == 2 else operand), C,
-                   mode="hybrid", tf32=tf32)
+        hc.spmm_hc(dev, cuda.to_device(device_storage(B.astype(dtype))), C, mode="hybrid", tf32=tf32)
         chosen, _ = hc.paths(dev, "hybrid", tiles)
         assert np.array_equal(chosen, select.use_tiles(hc.windows(dev)[0], tiles=tiles))
         assert ("hc_paths", "hybrid", tiles) in dev.cache.sections["plans"]
