@@ -10,7 +10,8 @@ every result against a float64 reference first and prints the microseconds of th
 each variant (default: numbasparse.cuda.hp, "new") and baseline/variant.  A variant is a module,
 optionally with HP-SpMM rule overrides after a colon, "/"-separated, passed to its ``spmm_hp`` as
 keywords: ``hp:depth=3`` (gather depth), ``hp:layout=32.2.1`` (lanes.vec.cf),
-``hp:depth=2/layout=16.4.1``, ``hp:single=1`` (the single launch; 0: memset or fill + kernel)
+``hp:depth=2/layout=16.4.1``, ``hp:single=1`` (the single launch; 0: memset or fill + kernel),
+``hp:group=8`` (HP-SDDMM's lanes per nonzero; the SpMM options apply to SpMM only, this one to SDDMM)
 ("hp" is numbasparse.cuda.hp): no copy of hp.py is needed to time a depth, a lane layout or
 either launch mode.  The baseline runs with no overrides.  A baseline copied from a REF must
 import against the current package (its relative imports, e.g. ``from . import device, launch``,
@@ -55,7 +56,7 @@ def operands(As, op, n, rng):
 
 def cases(graph_operands, op, module, **options):
     """(callable running the kernel once per graph, worst relative error of the results);
-    ``options``: keywords of the module's ``spmm_hp`` (ignored for SDDMM)."""
+    ``options``: keywords of the module's ``spmm_hp`` or ``sddmm_hp``."""
     calls, errors = zip(*(case(A, dense, expected, op, module, **options) for A, dense, expected in graph_operands))
     return (lambda: [call() for call in calls]), max(errors)
 
@@ -66,7 +67,7 @@ def case(A, dense, expected, op, module, **options):
     if op == "sddmm":
         Xd, Yd = (cuda.to_device(x) for x in dense)
         out = cuda.to_device(np.full(A.nnz, np.nan, np.float32))
-        fn = lambda: module.sddmm_hp(csr, Xd, Yd, out)  # noqa: E731
+        fn = lambda: module.sddmm_hp(csr, Xd, Yd, out, **options)  # noqa: E731
         fn()
         return fn, relative_error(out.copy_to_host(), expected)
     reduce = "max" if op == "spmm_max" else "sum"
@@ -91,10 +92,12 @@ def variant(spec):
             overrides["layout"] = tuple(int(x) for x in value.split("."))
         elif key == "single":
             overrides["single"] = bool(int(value))
+        elif key == "group":
+            overrides["group"] = int(value)
         elif key == "prefill":
             sys.exit(f"variant option {option!r}: prefill=P is now single={1 - int(value)} (single=1: one launch)")
         else:
-            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF or single=0/1)")
+            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF, single=0/1 or group=G)")
     label = "new" if spec in ("hp", "numbasparse.cuda.hp") else spec.replace("numbasparse.cuda.", "")
     return label, module, overrides
 
@@ -124,7 +127,8 @@ def main():
                 us, fns = {}, {}
                 graph_operands = operands(As, op, n, rng)
                 for name, module, overrides in (("old", old_hp, {}), *variants):
-                    fn, err = cases(graph_operands, op, module, **(overrides if op != "sddmm" else {}))
+                    mine = {k: v for k, v in overrides.items() if (k == "group") == (op == "sddmm")}
+                    fn, err = cases(graph_operands, op, module, **mine)
                     fns[name] = fn
                     us[name] = min(time_kernels(fn, warmup=3, repeat=20) for _ in range(3)) * 1e3
                     line += f"  {name} {us[name]:8.1f} us{'' if err < 1e-5 else f' WRONG ({err:.1e})'}"

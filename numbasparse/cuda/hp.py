@@ -92,6 +92,14 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: at 17.0 (wiki-vote directed), 0.88-0.97x at 21.1 (ca-AstroPh); on longer rows 0.78-1.04x,
 #: slower in 22 of 24 cases.
 SINGLE_MAX_MEAN_ROW = 18
+#: Float32 sums whose whole-warp groups of one vector a lane would cover N in several column
+#: tiles (N = 129..256: two tiles of 128 columns) take tiles of two vectors a lane (at most
+#: WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
+#: non-empty rows average fewer than WIDE_TILE_MAX_MEAN_ROW entries.  Measured at N = 256 on the
+#: 18 shared graphs (H100, BENCHMARKS.md "One column tile at N = 256"): 1.02-1.25x faster at mean
+#: rows of 4.5-10 with B in L2 and the GPU full, 0.90-0.97x at 15.2-17.0, 0.86-0.94x on longer
+#: rows; 0.86x at 10.1 with B 1.7x the L2 (Flickr); 0.93-1.01x on graphs that do not fill the GPU.
+WIDE_TILE_VALUES, WIDE_TILE_MAX_MEAN_ROW = 8, 12
 
 
 def lane_layout(n_cols, itemsize, *arrays, lanes=None):
@@ -184,6 +192,19 @@ def single_launch(mean_row_nnz, span, empty_rows_per_group):
     filled kernel's atomics."""
     return (mean_row_nnz < SINGLE_MAX_MEAN_ROW and span <= MAX_SINGLE_LAUNCH_SPAN
             and empty_rows_per_group <= MAX_ZEROED_ROWS)
+
+
+def wide_tiles(nnz, nonempty_rows, b_bytes, n_tiles):
+    """True where HP-SpMM's whole-warp groups take column tiles twice as wide (half of
+    ``n_tiles``, for B of ``b_bytes``): on short rows (non-empty rows averaging fewer than
+    WIDE_TILE_MAX_MEAN_ROW entries), where reading each entry and walking each row end once
+    per tile costs as much as the gathers; where the narrow tiles fill the GPU (at least
+    GROUP_COST nonzeros per group slot: otherwise they run side by side on SMs that would idle,
+    and merging them only lengthens each group); and where a wide tile's share of B fits in L2
+    (the tiles run one after another, blockIdx.y, each over its own columns of B)."""
+    slots = full_wave() * WARPS_PER_BLOCK
+    return (nnz < WIDE_TILE_MAX_MEAN_ROW * max(1, nonempty_rows) and nnz * n_tiles >= GROUP_COST * slots
+            and 2 * b_bytes <= n_tiles * device.memory_system()[0])
 
 
 def merges_in_block(reduce_code):
@@ -647,10 +668,18 @@ def _pattern(A, name, *args):
     return A.cache.get_or_build("plans", (name, *args), build)
 
 
-def spmm_layout(A, n_cols, itemsize, B, lanes=None):
-    """(lanes, vec, cf, depth) of the kernel for A and ``n_cols`` columns of B: the lane layout
-    (:func:`lane_layout`, ``lanes`` forcing the group size) and the gather depth."""
-    lanes, vec, cf = lane_layout(n_cols, itemsize, B, lanes=lanes)
+def spmm_layout(A, n_cols, itemsize, B, *stored, lanes=None, reduce_code=reductions.SUM):
+    """(lanes, vec, cf, depth) of the kernel for A and ``n_cols`` columns of B of ``itemsize``
+    bytes (``stored``: C where vector stores address it): the lane layout (:func:`lane_layout`,
+    ``lanes`` forcing the group size), tiles twice as wide for float32 sums where
+    :func:`wide_tiles` holds, and the gather depth."""
+    forced = lanes is not None
+    lanes, vec, cf = lane_layout(n_cols, itemsize, B, *stored, lanes=lanes)
+    n_tiles = cdiv(n_cols, lanes * vec * cf)
+    if (not forced and lanes == WARP and cf == 1 and n_tiles > 1 and 2 * vec <= WIDE_TILE_VALUES
+            and reduce_code == reductions.SUM and kernel_format(A.dtype) == "<f4" and itemsize == 4
+            and wide_tiles(A.nnz, _pattern(A, "nonempty_rows"), A.shape[1] * n_cols * itemsize, n_tiles)):
+        cf = 2
     return lanes, vec, cf, gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, itemsize, lanes)
 
 
@@ -660,8 +689,12 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     fmt = kernel_format(A.dtype)
     out_fmt = fmt if C.dtype == np.uint16 else kernel_format(C.dtype)  # float32 C of 16-bit operands: "<f4"
     stored = (C,) if is_half_format(out_fmt) else ()  # a 16-bit C is written by vector stores
-    lanes, vec, cf = layout or lane_layout(n, C.dtype.itemsize, B, *stored, lanes=lanes)
-    depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, C.dtype.itemsize, lanes)
+    if layout:
+        lanes, vec, cf = layout
+        depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, C.dtype.itemsize, lanes)
+    else:
+        lanes, vec, cf, rule_depth = spmm_layout(A, n, C.dtype.itemsize, B, *stored, lanes=lanes, reduce_code=code)
+        depth = depth or rule_depth
     n_tiles = cdiv(n, lanes * vec * cf)
     groups_per_warp = WARP // lanes
     if nnz_per_group is None:
@@ -846,7 +879,7 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_run
 def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
-    single launch only) and, once per call with ``reduce="sum"``, HP-SDDMM's walk past runs of
+    single launch only), float32 sums' wide tiles (:func:`wide_tiles`) and, once per call with ``reduce="sum"``, HP-SDDMM's walk past runs of
     empty rows and (float32 and float64) the accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
     of them a graph reaches depends on its rows and hub rows, and no set of small graphs is sure
@@ -857,6 +890,11 @@ def precompile_variants(A, B, X, reduce):
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # a 16-bit C is written by the single launch only
             spmm_hp(A, B, C, reduce, depth=depth, single=single)
+    lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
+    if (reduce == "sum" and kernel_format(A.dtype) == "<f4" and lanes == WARP and cf == 1
+            and B.shape[1] > lanes * vec and 2 * vec <= WIDE_TILE_VALUES):  # :func:`wide_tiles`' layout
+        for single in (True, False):
+            spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single)
     if reduce == "sum":
         sddmm_hp(A, X, B, cuda.device_array(A.nnz, storage_dtype(A.dtype)), skips_runs=True)
         if not half:

@@ -204,10 +204,6 @@ def store(key, candidate, record):
 #: other families, its first TILED_TOP_ALONE for ``algorithm="tiled"`` (whose best was within
 #: 1.00-1.03x of an exhaustive search, BENCHMARKS.md "G-Sparse tuned and CS267 blocked kernels").
 TILED_TOP, TILED_TOP_ALONE = 3, 8
-#: HP-SpMM's layout neighbour: where the rule runs whole-warp groups over several column tiles,
-#: one tile of twice the columns (two vectors a lane, at most WIDEST_LANE values): each entry and
-#: row end is then read once per 2 tiles' columns, at the registers of 8 accumulators.
-WIDEST_LANE = 8
 FAMILIES = ("hp", "slab", "hc", "tiled")
 
 
@@ -292,9 +288,13 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             if rule != "hp":
                 ranked.append(Candidate.of("hp"))
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
-            lanes, vec, cf, _ = hp.spmm_layout(A, n_cols, itemsize, B)
-            if lanes == hp.WARP and cf == 1 and 2 * vec <= WIDEST_LANE and n_cols > lanes * vec:
-                ranked.append(Candidate.of("hp", layout=(lanes, vec, 2)))  # one tile of twice the columns
+            # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
+            # half the columns, whichever the rule (hp.wide_tiles) did not take
+            lanes, vec, cf, _ = hp.spmm_layout(A, n_cols, itemsize, B, reduce_code=reductions.CODES[reduce])
+            if lanes == hp.WARP and cf == 2:  # (whole-warp groups take two vectors only as wide tiles)
+                ranked.append(Candidate.of("hp", layout=(lanes, vec, 1)))
+            elif lanes == hp.WARP and cf == 1 and 2 * vec <= hp.WIDE_TILE_VALUES and n_cols > lanes * vec:
+                ranked.append(Candidate.of("hp", layout=(lanes, vec, 2)))
         if "slab" in families and rule != "slab" and dtype.name in dispatch.SPMM["slab"].dtypes:
             ranked.append(Candidate.of("slab"))
         if "hc" in families and is_half(dtype) and reduce == "sum" and dispatch.has_sm80():

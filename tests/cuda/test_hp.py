@@ -345,6 +345,43 @@ def test_single_launch_rule_takes_short_rows_short_spans_and_few_empty_rows_per_
     assert hp.single_launch(16.8, 9, 0) and not hp.single_launch(21.1, 2, 0)  # cnr-2000, ca-AstroPh
 
 
+def test_wide_tiles_rule_takes_short_rows_on_a_full_gpu_with_b_in_l2(monkeypatch):
+    monkeypatch.setattr(device, "device_limits", lambda: (132, 2048, 65536))
+    monkeypatch.setattr(device, "memory_system", lambda: (50 << 20, 3.35e12))
+    full = hp.GROUP_COST * hp.full_wave() * hp.WARPS_PER_BLOCK // 2  # fills the GPU in two tiles
+    rows, b_in_l2 = full // 10, 40 << 20  # rows of 10
+    assert hp.wide_tiles(full, rows, b_in_l2, 2)
+    assert not hp.wide_tiles(full // 2, rows // 2, b_in_l2, 2)  # the two tiles run side by side
+    assert not hp.wide_tiles(full, full // hp.WIDE_TILE_MAX_MEAN_ROW, b_in_l2, 2)  # longer rows
+    assert not hp.wide_tiles(full, rows, 60 << 20, 2)  # a wide tile's B would not fit in L2
+    assert hp.wide_tiles(full, rows, 60 << 20, 4)  # ... half of it does
+    # email-enron and Flickr at N = 256 (B of 36 and 87 MiB)
+    assert hp.wide_tiles(367662, 36692, 36692 * 1024, 2) and not hp.wide_tiles(899756, 89250, 89250 * 1024, 2)
+
+
+def test_float32_sums_take_wide_tiles_where_the_rule_holds(monkeypatch):
+    from numbasparse import reductions
+
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 1)  # any graph fills this GPU
+    rng = np.random.default_rng(3)
+    A = sp.random(40, 30, density=0.1, format="csr", random_state=4, dtype=np.float32)  # rows of 3
+    A.data = rng.standard_normal(A.nnz).astype(np.float32)
+    dev = CSR.from_scipy(A)
+    B = rng.standard_normal((30, 256)).astype(np.float32)
+    Bd = cuda.to_device(B)
+    assert hp.spmm_layout(dev, 256, 4, Bd) == (32, 4, 2, 1)  # one tile of 8 columns a lane
+    assert hp.spmm_layout(dev, 256, 4, Bd, reduce_code=reductions.CODES["max"])[:3] == (32, 4, 1)  # sums only
+    assert hp.spmm_layout(dev, 256, 4, Bd, lanes=32)[:3] == (32, 4, 1)  # forced lanes: no rule
+    assert hp.spmm_layout(dev, 128, 4, Bd)[:3] == (32, 4, 1)  # one tile already
+    dev64 = CSR.from_scipy(A.astype(np.float64))
+    assert hp.spmm_layout(dev64, 256, 8, cuda.to_device(B.astype(np.float64)))[2] == 1  # float32 only
+    C = cuda.to_device(np.full((40, 256), np.nan, np.float32))  # poisoned
+    hp.spmm_hp(dev, Bd, C, "sum")
+    (plan,) = (v for v in dev.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))
+    assert plan.grid[1] == 1  # one column tile
+    assert_close(C.copy_to_host(), spmm_reference(A, B), np.float32)
+
+
 def test_plan_is_kept_in_the_matrix_cache_and_cleared():
     rng = np.random.default_rng()
     A = sp.random(30, 20, density=0.2, format="csr", random_state=1, dtype=np.float32)

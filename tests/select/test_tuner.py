@@ -167,6 +167,16 @@ def test_hp_is_also_tried_with_one_tile_of_twice_the_columns_where_whole_warps_t
     assert_close(C.copy_to_host(), spmm_reference(A, B), np.float32)
 
 
+def test_hp_is_also_tried_with_the_narrow_tiles_where_the_rule_takes_wide_ones(monkeypatch):
+    from numbasparse.cuda import hp
+
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 1)  # any graph fills this GPU
+    A, dev = _graph(5)
+    ranked = tuner.candidates(dev, "spmm", 256, np.float32, device=H100)
+    assert tuner.Candidate.of("hp", layout=(32, 4, 1)) in ranked  # the rule's neighbour (hp.wide_tiles)
+    assert tuner.Candidate.of("hp", layout=(32, 4, 2)) not in ranked  # the rule's own layout
+
+
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
 def test_every_candidate_computes_the_product(op, monkeypatch):
     from numba import cuda
