@@ -1,7 +1,7 @@
 """A/B of the HP kernels against a baseline copy of hp.py, by kernel time (CUPTI), best of 3.
 
     git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py   # the baseline (not committed)
-    python tools/ab_hp.py [--ops spmm,spmm_max,sddmm] [--n 32,64,128,256] [--baseline MODULE]
+    python tools/ab_hp.py [--ops spmm,spmm_mean,spmm_max,spmm_min,sddmm] [--n 32,64,128,256] [--baseline MODULE]
                           [--variants MODULE,...] [--events] GRAPH...
 
 GRAPH is default, rmat:SCALE, sampled:SPEC (32 GraphSAINT-style subgraphs of SPEC, one call
@@ -50,7 +50,7 @@ def operands(As, op, n, rng):
             out.append((A, (X, Y), sddmm_reference(A, X, Y)))
         else:
             B = rng.standard_normal((A.shape[1], n)).astype(np.float32)
-            out.append((A, (B,), spmm_reference(A, B, "max" if op == "spmm_max" else "sum")))
+            out.append((A, (B,), spmm_reference(A, B, reduction(op))))
     return out
 
 
@@ -59,6 +59,11 @@ def cases(graph_operands, op, module, **options):
     ``options``: keywords of the module's ``spmm_hp`` or ``sddmm_hp``."""
     calls, errors = zip(*(case(A, dense, expected, op, module, **options) for A, dense, expected in graph_operands))
     return (lambda: [call() for call in calls]), max(errors)
+
+
+def reduction(op):
+    """SpMM's reduction of an --ops entry: spmm (sum), spmm_mean, spmm_max, spmm_min."""
+    return op.partition("_")[2] or "sum"
 
 
 def case(A, dense, expected, op, module, **options):
@@ -70,7 +75,7 @@ def case(A, dense, expected, op, module, **options):
         fn = lambda: module.sddmm_hp(csr, Xd, Yd, out, **options)  # noqa: E731
         fn()
         return fn, relative_error(out.copy_to_host(), expected)
-    reduce = "max" if op == "spmm_max" else "sum"
+    reduce = reduction(op)
     Bd = cuda.to_device(dense[0])
     C = cuda.to_device(np.full((A.shape[0], dense[0].shape[1]), np.nan, np.float32))
     fn = lambda: module.spmm_hp(csr, Bd, C, reduce, **options)  # noqa: E731
