@@ -2,12 +2,14 @@
 
     python tools/kernel_report.py            # needs numba-cuda's NVVM and ptxas (pip install ".[cu12]")
 
-For each kernel: registers, stack frame and spill bytes (from ``ptxas -v``), and the widest
-global load in the PTX (``ld.global.v2``/``.v4`` = vectorized).  Used to check that per-thread
+For each kernel: registers, stack frame and spill bytes (from ``ptxas -v``), the widest
+global load in the PTX (``ld.global.v2``/``.v4`` = vectorized) and its float64 instructions,
+which a kernel of float32 or 16-bit values must not have (Numba promotes a float32 divided by an
+integer to float64: a slow division per value).  Used to check that per-thread
 accumulator arrays stay in registers and which loads Numba vectorizes.  Kernels compiled with a
 register cap are assembled with it and may spill up to CAPPED_SPILL_BYTES.  A kernel that fails
-to compile is listed with the start of its error; the exit status is 1 if any kernel failed or
-spilled beyond that.
+to compile is listed with the start of its error; the exit status is 1 if any kernel failed,
+spilled beyond that or computed in float64 without float64 values.
 """
 import os
 import re
@@ -42,6 +44,7 @@ def report(name, kernel, signature, ptxas):
     ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))
     loads = re.findall(r"ld\.global(?:\.nc)?(?:\.v(\d))?\.(?:[fbsu])(\d+)", ptx)
     widest = max((int(v or 1) * int(bits) for v, bits in loads), default=0)
+    f64 = len(re.findall(r"\.f64\b", ptx))
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
@@ -50,7 +53,7 @@ def report(name, kernel, signature, ptxas):
                               "-o", str(Path(tmp) / "k.cubin")], capture_output=True, text=True, check=True).stderr
     regs = re.search(r"Used (\d+) registers", out)
     stack = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", out)
-    return (name, int(regs.group(1)) if regs else -1, *(int(x) for x in stack.groups()), widest, cap)
+    return (name, int(regs.group(1)) if regs else -1, *(int(x) for x in stack.groups()), widest, cap, f64)
 
 
 def report_config(index):
@@ -67,8 +70,9 @@ def report_config(index):
 def main():
     from concurrent.futures import ProcessPoolExecutor
 
-    print(f"{'kernel':<44} {'regs':>5} {'stack':>6} {'spill_st':>8} {'spill_ld':>8} {'widest load (bits)':>19}")
-    bad = failed = 0
+    print(f"{'kernel':<44} {'regs':>5} {'stack':>6} {'spill_st':>8} {'spill_ld':>8} {'widest load (bits)':>19} "
+          f"{'f64 instructions':>16}")
+    bad = failed = promoted = 0
     with ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:  # compiling is CPU-bound
         for row in pool.map(report_config, range(len(kernel_configs()))):
             if len(row) == 2:
@@ -76,10 +80,12 @@ def main():
                 print(f"{row[0]:<44} FAILED {row[1]}", flush=True)
                 continue
             bad += row[3] > (CAPPED_SPILL_BYTES if row[6] else 0)
-            print(f"{row[0]:<44} {row[1]:>5} {row[2]:>6} {row[3]:>8} {row[4]:>8} {row[5]:>19}", flush=True)
-    if failed or bad:
-        print(f"{failed} kernels failed to compile, {bad} spilled", flush=True)
-    return 1 if bad or failed else 0
+            promoted += row[7] > 0 and "<f8" not in row[0]
+            print(f"{row[0]:<44} {row[1]:>5} {row[2]:>6} {row[3]:>8} {row[4]:>8} {row[5]:>19} {row[7]:>16}", flush=True)
+    if failed or bad or promoted:
+        print(f"{failed} kernels failed to compile, {bad} spilled, {promoted} computed in float64 without float64 "
+              "values", flush=True)
+    return 1 if bad or failed or promoted else 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from numba import cuda
 from .. import reductions
 from . import launch
 from .device import ROW_WARPS_PER_BLOCK, WARP_SIZE, row_warp_grid
-from .reductions import combine, finalize
+from .reductions import combine, finalize, mean_scale
 from .intrinsics import syncwarp
 
 WARP = WARP_SIZE
@@ -37,6 +37,7 @@ def spmm_crc_cwm_kernel(reduce_code, cf, value_dtype, index_dtype):
     init = np.dtype(value_dtype).type(reductions.initial(reduce_code))
     zero = np.dtype(value_dtype).type(0)
     tile = WARP * cf
+    scale_of = mean_scale(reduce_code, value_type)
 
     @cuda.jit
     def spmm_crc_cwm(indptr, indices, data, B, C):
@@ -68,10 +69,11 @@ def spmm_crc_cwm_kernel(reduce_code, cf, value_dtype, index_dtype):
                     if j < n:
                         acc[c] = combine(reduce_code, acc[c], v * B[k, j])
             syncwarp()  # the next chunk overwrites the cache
+        scale = scale_of(max(end - start, 1))
         for c in range(cf):
             j = col0 + c * WARP
             if j < n:
-                C[row, j] = finalize(reduce_code, acc[c], end - start, zero)
+                C[row, j] = finalize(reduce_code, acc[c], end - start, scale, zero)
 
     return spmm_crc_cwm
 

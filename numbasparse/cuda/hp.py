@@ -31,7 +31,7 @@ from ..dtypes import compute_dtype, is_half, is_half_format, kernel_format, stor
 from .intrinsics import (atomic_max_float, atomic_min_float, converters, flagged_parts, flagged_words,
                          half_vector_store, shfl_down, syncblock, syncwarp_lanes, value_types, vector_load,
                          vector_width)
-from .reductions import combine
+from .reductions import combine, mean_scale
 
 # Launch rules ------------------------------------------------------------------------------
 
@@ -92,13 +92,15 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: at 17.0 (wiki-vote directed), 0.88-0.97x at 21.1 (ca-AstroPh); on longer rows 0.78-1.04x,
 #: slower in 22 of 24 cases.
 SINGLE_MAX_MEAN_ROW = 18
-#: Float32 sums whose whole-warp groups of one vector a lane would cover N in several column
-#: tiles (N = 129..256: two tiles of 128 columns) take tiles of two vectors a lane (at most
-#: WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
-#: non-empty rows average fewer than WIDE_TILE_MAX_MEAN_ROW entries.  Measured at N = 256 on the
-#: 18 shared graphs (H100, BENCHMARKS.md "One column tile at N = 256"): 1.02-1.25x faster at mean
-#: rows of 4.5-10 with B in L2 and the GPU full, 0.90-0.97x at 15.2-17.0, 0.86-0.94x on longer
-#: rows; 0.86x at 10.1 with B 1.7x the L2 (Flickr); 0.93-1.01x on graphs that do not fill the GPU.
+#: Float32 sums, maxima and minima whose whole-warp groups of one vector a lane would cover N in
+#: two column tiles (N = 129..256) take one tile of two vectors a lane (at most WIDE_TILE_VALUES
+#: values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose non-empty rows average
+#: fewer than WIDE_TILE_MAX_MEAN_ROW entries.  Measured on the 18 shared graphs (H100, BENCHMARKS.md
+#: "One column tile at N = 256"), sum at N = 256: 1.02-1.25x faster at mean rows of 4.5-10 with
+#: B in L2 and the GPU full, 0.90-0.97x at 13.1-17.0, 0.86-0.94x on longer rows, 0.86x at 10.1
+#: with B 1.7x the L2 (Flickr), 0.93-1.01x on graphs that do not fill the GPU; the rule's picks
+#: at N = 192 1.06-1.36x, for max at N = 256 1.03-1.26x.  Mean (92 registers against 72) and four
+#: tiles (N = 512: the picks 0.90-1.17x) stay narrow.
 WIDE_TILE_VALUES, WIDE_TILE_MAX_MEAN_ROW = 8, 12
 
 
@@ -194,17 +196,25 @@ def single_launch(mean_row_nnz, span, empty_rows_per_group):
             and empty_rows_per_group <= MAX_ZEROED_ROWS)
 
 
-def wide_tiles(nnz, nonempty_rows, b_bytes, n_tiles):
-    """True where HP-SpMM's whole-warp groups take column tiles twice as wide (half of
-    ``n_tiles``, for B of ``b_bytes``): on short rows (non-empty rows averaging fewer than
-    WIDE_TILE_MAX_MEAN_ROW entries), where reading each entry and walking each row end once
-    per tile costs as much as the gathers; where the narrow tiles fill the GPU (at least
-    GROUP_COST nonzeros per group slot: otherwise they run side by side on SMs that would idle,
-    and merging them only lengthens each group); and where a wide tile's share of B fits in L2
-    (the tiles run one after another, blockIdx.y, each over its own columns of B)."""
+def can_widen(lanes, vec, cf, n_cols, reduce_code, value_format):
+    """True where HP-SpMM's layout (lanes, vec, cf) covers ``n_cols`` columns in two tiles of
+    whole-warp groups of one vector a lane, for a float32 sum, max or min: the layouts that
+    :func:`wide_tiles` may make one tile of two vectors a lane (at most WIDE_TILE_VALUES values)."""
+    return (lanes == WARP and cf == 1 and cdiv(n_cols, lanes * vec) == 2 and 2 * vec <= WIDE_TILE_VALUES
+            and reduce_code != reductions.MEAN and value_format == "<f4")
+
+
+def wide_tiles(nnz, nonempty_rows, b_bytes):
+    """True where HP-SpMM's two column tiles of whole-warp groups become one tile twice as wide
+    (:func:`can_widen`; B of ``b_bytes``): on short rows (non-empty rows averaging fewer than
+    WIDE_TILE_MAX_MEAN_ROW entries), where reading each entry and walking each row end once per
+    tile costs as much as the gathers; where the two tiles fill the GPU (at least GROUP_COST
+    nonzeros per group slot: otherwise they run side by side on SMs that would idle, and one
+    tile only lengthens each group); and where B fits in L2 (the two tiles run one after the
+    other, blockIdx.y, each over half of B's columns)."""
     slots = full_wave() * WARPS_PER_BLOCK
-    return (nnz < WIDE_TILE_MAX_MEAN_ROW * max(1, nonempty_rows) and nnz * n_tiles >= GROUP_COST * slots
-            and 2 * b_bytes <= n_tiles * device.memory_system()[0])
+    return (nnz < WIDE_TILE_MAX_MEAN_ROW * max(1, nonempty_rows) and 2 * nnz >= GROUP_COST * slots
+            and b_bytes <= device.memory_system()[0])
 
 
 def merges_in_block(reduce_code):
@@ -264,9 +274,10 @@ def _store_parts(reduce_code, vec, cf, span, fmt):
     16-bit C (format ``fmt``) is only ever stored whole rows (the single launch): rounded once,
     never combined atomically in 16 bits."""
     to_storage = converters(fmt)[1]
+    scale_of = mean_scale(reduce_code, value_types(fmt)[1])
 
     if is_half_format(fmt):
-        pack = _half_packer(vec, reduce_code, to_storage)
+        pack = _half_packer(vec, reduce_code, to_storage, scale_of)
         store = half_vector_store(vec)
 
         @cuda.jit(device=True, inline="always")
@@ -275,7 +286,7 @@ def _store_parts(reduce_code, vec, cf, span, fmt):
                 if j + c * span < C.shape[1]:
                     store(C, row, j + c * span, pack(acc, c * vec, count))
     else:
-        flush = _atomic_flush(reduce_code, vec, cf, span)
+        flush = _atomic_flush(reduce_code, vec, cf, span, scale_of)
 
     @cuda.jit(device=True, inline="always")
     def zero_row(C, row, j):
@@ -296,52 +307,53 @@ def _adding(flush):
     return adding_flush
 
 
-def _half_packer(vec, reduce_code, to_storage):
-    """``pack(acc, at, count)``: the 16-bit bits of ``acc[at:at + vec]`` (divided by ``count``
-    for the mean) as a tuple, for one vector store."""
-    MEAN = reductions.MEAN
-
+def _half_packer(vec, reduce_code, to_storage, scale_of):
+    """``pack(acc, at, count)``: the 16-bit bits of ``acc[at:at + vec]`` (scaled by
+    ``scale_of(count)``, :func:`~numbasparse.cuda.reductions.mean_scale`) as a tuple, for one
+    vector store."""
     @cuda.jit(device=True, inline="always")
-    def bits(acc, k, count):
-        x = acc[k]
-        if reduce_code == MEAN:
-            x = x / count
-        return to_storage(x)
+    def bits(acc, k, scale):
+        return to_storage(acc[k] * scale)
 
     if vec == 1:
         @cuda.jit(device=True, inline="always")
         def pack(acc, at, count):
-            return (bits(acc, at, count),)
+            scale = scale_of(count)
+            return (bits(acc, at, scale),)
     elif vec == 2:
         @cuda.jit(device=True, inline="always")
         def pack(acc, at, count):
-            return bits(acc, at, count), bits(acc, at + 1, count)
+            scale = scale_of(count)
+            return bits(acc, at, scale), bits(acc, at + 1, scale)
     elif vec == 4:
         @cuda.jit(device=True, inline="always")
         def pack(acc, at, count):
-            return bits(acc, at, count), bits(acc, at + 1, count), bits(acc, at + 2, count), bits(acc, at + 3, count)
+            scale = scale_of(count)
+            return bits(acc, at, scale), bits(acc, at + 1, scale), bits(acc, at + 2, scale), bits(acc, at + 3, scale)
     else:
         @cuda.jit(device=True, inline="always")
         def pack(acc, at, count):
-            return (bits(acc, at, count), bits(acc, at + 1, count), bits(acc, at + 2, count), bits(acc, at + 3, count),
-                    bits(acc, at + 4, count), bits(acc, at + 5, count), bits(acc, at + 6, count),
-                    bits(acc, at + 7, count))
+            scale = scale_of(count)
+            return (bits(acc, at, scale), bits(acc, at + 1, scale), bits(acc, at + 2, scale), bits(acc, at + 3, scale),
+                    bits(acc, at + 4, scale), bits(acc, at + 5, scale), bits(acc, at + 6, scale),
+                    bits(acc, at + 7, scale))
     return pack
 
 
-def _atomic_flush(reduce_code, vec, cf, span):
+def _atomic_flush(reduce_code, vec, cf, span, scale_of):
     """``flush`` of a float32/float64 C: stored when owned, else combined atomically."""
     MEAN, MAX, MIN = reductions.MEAN, reductions.MAX, reductions.MIN
 
     @cuda.jit(device=True, inline="always")
     def flush(C, row, j, acc, count, owned):
+        scale = scale_of(count)
         for c in range(cf):
             if j + c * span < C.shape[1]:
                 for v in range(vec):
                     col = j + c * span + v
                     x = acc[c * vec + v]
                     if reduce_code == MEAN:
-                        x = x / count  # partial sums are scaled: split rows need no 2nd pass
+                        x = x * scale  # partial sums are scaled: split rows need no 2nd pass
                     if owned:
                         C[row, col] = x
                     elif reduce_code == MAX:
@@ -671,14 +683,12 @@ def _pattern(A, name, *args):
 def spmm_layout(A, n_cols, itemsize, B, *stored, lanes=None, reduce_code=reductions.SUM):
     """(lanes, vec, cf, depth) of the kernel for A and ``n_cols`` columns of B of ``itemsize``
     bytes (``stored``: C where vector stores address it): the lane layout (:func:`lane_layout`,
-    ``lanes`` forcing the group size), tiles twice as wide for float32 sums where
+    ``lanes`` forcing the group size), one tile twice as wide (:func:`can_widen`) where
     :func:`wide_tiles` holds, and the gather depth."""
     forced = lanes is not None
     lanes, vec, cf = lane_layout(n_cols, itemsize, B, *stored, lanes=lanes)
-    n_tiles = cdiv(n_cols, lanes * vec * cf)
-    if (not forced and lanes == WARP and cf == 1 and n_tiles > 1 and 2 * vec <= WIDE_TILE_VALUES
-            and reduce_code == reductions.SUM and kernel_format(A.dtype) == "<f4" and itemsize == 4
-            and wide_tiles(A.nnz, _pattern(A, "nonempty_rows"), A.shape[1] * n_cols * itemsize, n_tiles)):
+    if (not forced and can_widen(lanes, vec, cf, n_cols, reduce_code, kernel_format(A.dtype))
+            and wide_tiles(A.nnz, _pattern(A, "nonempty_rows"), A.shape[1] * n_cols * itemsize)):
         cf = 2
     return lanes, vec, cf, gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, itemsize, lanes)
 
@@ -879,8 +889,9 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_run
 def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
-    single launch only), float32 sums' wide tiles (:func:`wide_tiles`) and, once per call with ``reduce="sum"``, HP-SDDMM's walk past runs of
-    empty rows and (float32 and float64) the accumulating kernel of both depths
+    single launch only), the wide tiles of :func:`wide_tiles` and, once per call with
+    ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and float64) the
+    accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
     of them a graph reaches depends on its rows and hub rows, and no set of small graphs is sure
     to reach them all at every width.  B (K, N) and X (M, N): device
@@ -891,8 +902,7 @@ def precompile_variants(A, B, X, reduce):
         for single in (True,) if half else (True, False):  # a 16-bit C is written by the single launch only
             spmm_hp(A, B, C, reduce, depth=depth, single=single)
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
-    if (reduce == "sum" and kernel_format(A.dtype) == "<f4" and lanes == WARP and cf == 1
-            and B.shape[1] > lanes * vec and 2 * vec <= WIDE_TILE_VALUES):  # :func:`wide_tiles`' layout
+    if can_widen(lanes, vec, cf, B.shape[1], reductions.CODES[reduce], kernel_format(A.dtype)):
         for single in (True, False):
             spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single)
     if reduce == "sum":

@@ -16,12 +16,27 @@ def combine(code, acc, x):
     return acc + x
 
 
+def mean_scale(code, compute):
+    """Device function ``scale(count)``: what a row's accumulator of ``count`` stored entries is
+    multiplied by, in the Numba float type ``compute``: 1 / count for the mean (one division a
+    row, not one per column; ``acc / count`` would divide in float64, as Numba promotes a float32
+    over an integer), else 1."""
+    one = compute(1)
+
+    @cuda.jit(device=True, inline="always")
+    def scale(count):
+        return one / compute(count) if code == MEAN else one
+
+    return scale
+
+
 @cuda.jit(device=True, inline="always")
-def finalize(code, acc, count, zero):
-    """Value written for a row with ``count`` stored entries and accumulator ``acc``;
-    ``zero`` is 0 in the output's type (``acc`` may be +-inf for an empty row)."""
+def finalize(code, acc, count, scale, zero):
+    """Value written for a row with ``count`` stored entries and accumulator ``acc``
+    (``scale``: :func:`mean_scale`'s); ``zero`` is 0 in the output's type (``acc`` may be +-inf
+    for an empty row)."""
     if count == 0:
         return zero
     if code == MEAN:
-        return acc / count
+        return acc * scale
     return acc

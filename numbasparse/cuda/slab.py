@@ -32,7 +32,7 @@ from . import launch
 from .device import WARP_SIZE as WARP
 from .device import cdiv, device_limits, grid_stride_grid
 from .fill import fill_identity
-from .reductions import combine
+from .reductions import combine, mean_scale
 from .intrinsics import (atomic_max_float, atomic_min_float, shfl_idx, syncwarp, vector_load, vector_red_add,
                          vector_width)
 
@@ -157,6 +157,7 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
     init = np.dtype(value_dtype).type(reductions.initial(reduce_code))
     load = vector_load(vec, column_first)
     MEAN, MAX, MIN = reductions.MEAN, reductions.MAX, reductions.MIN
+    scale_of = mean_scale(reduce_code, value_type)
     tile = WARP * vec
     gathered_size = depth * vec
     vector_red = vector_red and vec > 1 and np.dtype(value_dtype) == np.float32 and reduce_code in (
@@ -241,8 +242,9 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
                     k_mine, a_mine = lane_pair(indices, data, chunk, end, lane)
                 if vector_red:  # one red.global.add.v2/.v4.f32 per lane
                     if reduce_code == MEAN:  # partial sums scaled by the row's length
+                        scale = scale_of(indptr[row + 1] - indptr[row])
                         for v in range(vec):
-                            acc[v] = acc[v] / (indptr[row + 1] - indptr[row])
+                            acc[v] = acc[v] * scale
                     if active:
                         if vec == 4:
                             red4(C, row, j, (acc[0], acc[1], acc[2], acc[3]))
@@ -252,9 +254,7 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
                 for v in range(vec):
                     partial[warp, lane * vec + v] = acc[v]
                 syncwarp()
-                scale = 1
-                if reduce_code == MEAN:  # partial sums scaled by the row's length
-                    scale = indptr[row + 1] - indptr[row]
+                scale = scale_of(indptr[row + 1] - indptr[row])  # the mean's partial sums scaled by the row's length
                 for c in range(vec):
                     col = j0 + lane + i32(c * WARP)
                     if col < n:
@@ -264,7 +264,7 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
                         elif reduce_code == MIN:
                             atomic_min_float(C, row, col, x)
                         elif reduce_code == MEAN:
-                            cuda.atomic.add(C, (row, col), x / scale)
+                            cuda.atomic.add(C, (row, col), x * scale)
                         else:
                             cuda.atomic.add(C, (row, col), x)
                 syncwarp()  # the next segment overwrites the warp's row

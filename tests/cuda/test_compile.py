@@ -1,5 +1,5 @@
-"""Every kernel configuration compiles for sm_90 and keeps its accumulators out of local
-memory (no spills).  Needs no GPU, only numba-cuda's NVVM and ptxas (the ``cu12`` extra).
+"""Every kernel configuration compiles for sm_90, keeps its accumulators out of local memory
+(no spills) and computes float32 and 16-bit values without float64 instructions.  Needs no GPU, only numba-cuda's NVVM and ptxas (the ``cu12`` extra).
 
 The check (``tools/kernel_report.py``, a few hundred kernels) takes minutes of CPU.  When this test
 is collected, ``conftest.py`` starts it in the background at once (niced) and runs this test last,
@@ -54,7 +54,7 @@ def stop_report():
 
 
 @pytest.mark.skipif(not compiler_wheels_present(), reason="needs the CUDA compiler wheels (pip install '.[cu12]')")
-def test_every_kernel_compiles_without_spills():
+def test_every_kernel_compiles_without_spills_or_float64_arithmetic():
     process, output = start_report()  # (already running when conftest started it)
     try:
         process.wait(timeout=1800)
