@@ -92,15 +92,15 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: at 17.0 (wiki-vote directed), 0.88-0.97x at 21.1 (ca-AstroPh); on longer rows 0.78-1.04x,
 #: slower in 22 of 24 cases.
 SINGLE_MAX_MEAN_ROW = 18
-#: Float32 sums, maxima and minima whose whole-warp groups of one vector a lane would cover N in
-#: two column tiles (N = 129..256) take one tile of two vectors a lane (at most WIDE_TILE_VALUES
-#: values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose non-empty rows average
-#: fewer than WIDE_TILE_MAX_MEAN_ROW entries.  Measured on the 18 shared graphs (H100, BENCHMARKS.md
-#: "One column tile at N = 256"), sum at N = 256: 1.02-1.25x faster at mean rows of 4.5-10 with
-#: B in L2 and the GPU full, 0.90-0.97x at 13.1-17.0, 0.86-0.94x on longer rows, 0.86x at 10.1
-#: with B 1.7x the L2 (Flickr), 0.93-1.01x on graphs that do not fill the GPU; the rule's picks
-#: at N = 192 1.06-1.36x, for max at N = 256 1.03-1.26x.  Mean (92 registers against 72) and four
-#: tiles (N = 512: the picks 0.90-1.17x) stay narrow.
+#: Float32 products (every reduction) whose whole-warp groups of one vector a lane would cover N
+#: in two column tiles (N = 129..256) take one tile of two vectors a lane (at most
+#: WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
+#: non-empty rows average fewer than WIDE_TILE_MAX_MEAN_ROW entries.  Measured on the 18 shared
+#: graphs (H100, BENCHMARKS.md "One column tile at N = 256"), sum at N = 256: 1.02-1.25x faster at
+#: mean rows of 4.5-10 with B in L2 and the GPU full, 0.90-0.97x at 13.1-17.0, 0.86-0.94x on
+#: longer rows, 0.86x at 10.1 with B 1.7x the L2 (Flickr), 0.93-1.01x on graphs that do not fill
+#: the GPU; the rule's picks at N = 192 1.06-1.36x, for max at N = 256 1.03-1.26x, for mean
+#: 1.17-1.31x.  Four tiles (N = 512: the picks 0.90-1.17x) stay narrow.
 WIDE_TILE_VALUES, WIDE_TILE_MAX_MEAN_ROW = 8, 12
 
 
@@ -196,12 +196,12 @@ def single_launch(mean_row_nnz, span, empty_rows_per_group):
             and empty_rows_per_group <= MAX_ZEROED_ROWS)
 
 
-def can_widen(lanes, vec, cf, n_cols, reduce_code, value_format):
-    """True where HP-SpMM's layout (lanes, vec, cf) covers ``n_cols`` columns in two tiles of
-    whole-warp groups of one vector a lane, for a float32 sum, max or min: the layouts that
-    :func:`wide_tiles` may make one tile of two vectors a lane (at most WIDE_TILE_VALUES values)."""
+def can_widen(lanes, vec, cf, n_cols, value_format):
+    """True where HP-SpMM's layout (lanes, vec, cf) covers ``n_cols`` float32 columns in two
+    tiles of whole-warp groups of one vector a lane: the layouts that :func:`wide_tiles` may make
+    one tile of two vectors a lane (at most WIDE_TILE_VALUES values)."""
     return (lanes == WARP and cf == 1 and cdiv(n_cols, lanes * vec) == 2 and 2 * vec <= WIDE_TILE_VALUES
-            and reduce_code != reductions.MEAN and value_format == "<f4")
+            and value_format == "<f4")
 
 
 def wide_tiles(nnz, nonempty_rows, b_bytes):
@@ -680,14 +680,14 @@ def _pattern(A, name, *args):
     return A.cache.get_or_build("plans", (name, *args), build)
 
 
-def spmm_layout(A, n_cols, itemsize, B, *stored, lanes=None, reduce_code=reductions.SUM):
+def spmm_layout(A, n_cols, itemsize, B, *stored, lanes=None):
     """(lanes, vec, cf, depth) of the kernel for A and ``n_cols`` columns of B of ``itemsize``
     bytes (``stored``: C where vector stores address it): the lane layout (:func:`lane_layout`,
     ``lanes`` forcing the group size), one tile twice as wide (:func:`can_widen`) where
     :func:`wide_tiles` holds, and the gather depth."""
     forced = lanes is not None
     lanes, vec, cf = lane_layout(n_cols, itemsize, B, *stored, lanes=lanes)
-    if (not forced and can_widen(lanes, vec, cf, n_cols, reduce_code, kernel_format(A.dtype))
+    if (not forced and can_widen(lanes, vec, cf, n_cols, kernel_format(A.dtype))
             and wide_tiles(A.nnz, _pattern(A, "nonempty_rows"), A.shape[1] * n_cols * itemsize)):
         cf = 2
     return lanes, vec, cf, gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, itemsize, lanes)
@@ -703,7 +703,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
         lanes, vec, cf = layout
         depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, C.dtype.itemsize, lanes)
     else:
-        lanes, vec, cf, rule_depth = spmm_layout(A, n, C.dtype.itemsize, B, *stored, lanes=lanes, reduce_code=code)
+        lanes, vec, cf, rule_depth = spmm_layout(A, n, C.dtype.itemsize, B, *stored, lanes=lanes)
         depth = depth or rule_depth
     n_tiles = cdiv(n, lanes * vec * cf)
     groups_per_warp = WARP // lanes
@@ -902,7 +902,7 @@ def precompile_variants(A, B, X, reduce):
         for single in (True,) if half else (True, False):  # a 16-bit C is written by the single launch only
             spmm_hp(A, B, C, reduce, depth=depth, single=single)
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
-    if can_widen(lanes, vec, cf, B.shape[1], reductions.CODES[reduce], kernel_format(A.dtype)):
+    if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):
             spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single)
     if reduce == "sum":

@@ -290,7 +290,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
             # half the columns, whichever the rule (hp.wide_tiles) did not take
-            lanes, vec, cf, _ = hp.spmm_layout(A, n_cols, itemsize, B, reduce_code=reductions.CODES[reduce])
+            lanes, vec, cf, _ = hp.spmm_layout(A, n_cols, itemsize, B)
             if lanes == hp.WARP and cf == 2:  # (whole-warp groups take two vectors only as wide tiles)
                 ranked.append(Candidate.of("hp", layout=(lanes, vec, 1)))
             elif lanes == hp.WARP and cf == 1 and 2 * vec <= hp.WIDE_TILE_VALUES and n_cols > lanes * vec:
