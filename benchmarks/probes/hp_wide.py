@@ -37,5 +37,5 @@ for name, A, dev, T in weighted_graphs(folder, rng):
             if p >= 4:
                 variants[f"npg{p}"] = lambda p=p: hp.spmm_hp(dev, B, C, "sum", nnz_per_group=p)
         summary = compare(variants, Ct, torch.sparse.mm(T, Bt), "cusparse")
-        print(f"{name:18s} N={n:3d} nnz={A.nnz:8d} layout={hp.lane_layout(n, 4, B)} depth={plan.depth} npg={npg} "
+        print(f"{name:18s} N={n:3d} nnz={A.nnz:8d} layout={hp.spmm_layout(dev, n, 4, B)[:3]} depth={plan.depth} npg={npg} "
               f"single={plan.single} | {summary}", flush=True)

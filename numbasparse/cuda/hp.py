@@ -92,9 +92,9 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: at 17.0 (wiki-vote directed), 0.88-0.97x at 21.1 (ca-AstroPh); on longer rows 0.78-1.04x,
 #: slower in 22 of 24 cases.
 SINGLE_MAX_MEAN_ROW = 18
-#: Float32 products (every reduction) whose whole-warp groups of one vector a lane would cover N
-#: in two column tiles (N = 129..256) take one tile of two vectors a lane (at most
-#: WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
+#: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
+#: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
+#: (WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
 #: non-empty rows average fewer than WIDE_TILE_MAX_MEAN_ROW entries.  Measured on the 18 shared
 #: graphs (H100, BENCHMARKS.md "One column tile at N = 256"), sum at N = 256: 1.02-1.25x faster at
 #: mean rows of 4.5-10 with B in L2 and the GPU full, 0.90-0.97x at 13.1-17.0, 0.86-0.94x on
@@ -198,9 +198,10 @@ def single_launch(mean_row_nnz, span, empty_rows_per_group):
 
 def can_widen(lanes, vec, cf, n_cols, value_format):
     """True where HP-SpMM's layout (lanes, vec, cf) covers ``n_cols`` float32 columns in two
-    tiles of whole-warp groups of one vector a lane: the layouts that :func:`wide_tiles` may make
-    one tile of two vectors a lane (at most WIDE_TILE_VALUES values)."""
-    return (lanes == WARP and cf == 1 and cdiv(n_cols, lanes * vec) == 2 and 2 * vec <= WIDE_TILE_VALUES
+    tiles of whole-warp groups of one 16-byte vector a lane (N = 132..256, multiples of 4): the
+    layouts that :func:`wide_tiles` may make one tile of two vectors a lane (WIDE_TILE_VALUES
+    values).  Narrower vectors (N not a multiple of 4, misaligned B) were not timed."""
+    return (lanes == WARP and cf == 1 and 2 * vec == WIDE_TILE_VALUES and cdiv(n_cols, lanes * vec) == 2
             and value_format == "<f4")
 
 
@@ -680,7 +681,7 @@ def _pattern(A, name, *args):
     return A.cache.get_or_build("plans", (name, *args), build)
 
 
-def spmm_layout(A, n_cols, itemsize, B, *stored, lanes=None):
+def spmm_layout(A, n_cols, itemsize, B, *, stored=(), lanes=None):
     """(lanes, vec, cf, depth) of the kernel for A and ``n_cols`` columns of B of ``itemsize``
     bytes (``stored``: C where vector stores address it): the lane layout (:func:`lane_layout`,
     ``lanes`` forcing the group size), one tile twice as wide (:func:`can_widen`) where
@@ -703,7 +704,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
         lanes, vec, cf = layout
         depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, C.dtype.itemsize, lanes)
     else:
-        lanes, vec, cf, rule_depth = spmm_layout(A, n, C.dtype.itemsize, B, *stored, lanes=lanes)
+        lanes, vec, cf, rule_depth = spmm_layout(A, n, C.dtype.itemsize, B, stored=stored, lanes=lanes)
         depth = depth or rule_depth
     n_tiles = cdiv(n, lanes * vec * cf)
     groups_per_warp = WARP // lanes
@@ -905,6 +906,8 @@ def precompile_variants(A, B, X, reduce):
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):
             spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single)
+        if reduce == "sum":  # and accumulating (dispatch.spmm_add)
+            spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, accumulate=True)
     if reduce == "sum":
         sddmm_hp(A, X, B, cuda.device_array(A.nnz, storage_dtype(A.dtype)), skips_runs=True)
         if not half:

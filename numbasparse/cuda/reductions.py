@@ -20,7 +20,8 @@ def mean_scale(code, compute):
     """Device function ``scale(count)``: what a row's accumulator of ``count`` stored entries is
     multiplied by, in the Numba float type ``compute``: 1 / count for the mean (one division a
     row, not one per column; ``acc / count`` would divide in float64, as Numba promotes a float32
-    over an integer), else 1."""
+    over an integer), else 1.  ``acc * scale`` may differ from ``acc / count`` by one rounding
+    (at most about an ulp)."""
     one = compute(1)
 
     @cuda.jit(device=True, inline="always")

@@ -5,8 +5,10 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
 - the rules' own choice, what ``algorithm="auto"`` runs, always ranked first: the tuned choice
   is the fastest of a set that holds auto's, so it is never one that timed slower than auto's;
 - HP-SpMM around its rules: DTP's nonzeros per group halved and doubled, the other gather
-  depth, the other launch mode (a 16-bit C allows only the single launch), and where whole-warp
-  groups cover N in several column tiles, tiles of twice the columns; HP-SDDMM: lane
+  depth (not for lanes of 8 values, which would spill), the other launch mode (a 16-bit C allows
+  only the single launch), and where whole-warp groups cover N in several column tiles, tiles of
+  twice the columns (or, where the rule took those, :func:`numbasparse.cuda.hp.wide_tiles`, the
+  narrow ones); HP-SDDMM: lane
   groups per nonzero halved and doubled (each lane loops over K) and DTP halved and doubled;
 - the column-slab SpMM, where it takes the dtype;
 - HC-SpMM (sum, 16-bit operands: its tiles on the tensor cores, whose products of 16-bit inputs
@@ -281,7 +283,10 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, B, C, None, None, None, None, None)
             rule_hp = (plan.nnz_per_group, plan.depth, plan.single)
             npgs = sorted({plan.nnz_per_group, max(4, plan.nnz_per_group // 2), 2 * plan.nnz_per_group})
-            depths = (plan.depth, 1 if plan.depth > 1 else (2 * hp.GATHER_DEPTH if is_half(dtype) else hp.GATHER_DEPTH))
+            lanes, vec, cf, _ = hp.spmm_layout(A, n_cols, itemsize, B)
+            widest = hp.GATHER_MAX_WIDTH * (2 if is_half(dtype) else 1)  # deeper gathers of wider lanes spill
+            depths = (plan.depth,) if vec * cf > widest else (
+                plan.depth, 1 if plan.depth > 1 else (2 * hp.GATHER_DEPTH if is_half(dtype) else hp.GATHER_DEPTH))
             singles = (plan.single,) if is_half(dtype) else (plan.single, not plan.single)
             around = [(g, d, s) for g in npgs for d in depths for s in singles if (g, d, s) != rule_hp]
             around.sort(key=lambda p: sum(a != b for a, b in zip(p, rule_hp)))  # nearest the rules first
@@ -290,7 +295,6 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
             # half the columns, whichever the rule (hp.wide_tiles) did not take
-            lanes, vec, cf, _ = hp.spmm_layout(A, n_cols, itemsize, B)
             if lanes == hp.WARP and cf == 2:  # (whole-warp groups take two vectors only as wide tiles)
                 ranked.append(Candidate.of("hp", layout=(lanes, vec, 1)))
             elif lanes == hp.WARP and cf == 1 and 2 * vec <= hp.WIDE_TILE_VALUES and n_cols > lanes * vec:

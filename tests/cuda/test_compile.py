@@ -1,5 +1,6 @@
 """Every kernel configuration compiles for sm_90, keeps its accumulators out of local memory
-(no spills) and computes float32 and 16-bit values without float64 instructions.  Needs no GPU, only numba-cuda's NVVM and ptxas (the ``cu12`` extra).
+(no spills) and computes float32 and 16-bit values without float64 instructions.  Needs no GPU,
+only numba-cuda's NVVM and ptxas (the ``cu12`` extra).
 
 The check (``tools/kernel_report.py``, a few hundred kernels) takes minutes of CPU.  When this test
 is collected, ``conftest.py`` starts it in the background at once (niced) and runs this test last,

@@ -134,7 +134,7 @@ def test_hp_kernel_uses_16_byte_loads_of_B():
     C = cuda.device_array((A.shape[0], 128), np.float32)
     for lanes, single, spills in ((None, False, 0), (16, False, 2), (None, True, 0), (16, True, 0)):
         hp.spmm_hp(A, B, C, "sum", lanes=lanes, single=single)
-        lanes, vec, cf, depth = hp.spmm_layout(A, 128, 4, B, lanes)
+        lanes, vec, cf, depth = hp.spmm_layout(A, 128, 4, B, lanes=lanes)
         sass = _sass(hp.spmm_hp_kernel(0, lanes, vec, cf, "<f4", "<i4", depth, single))
         assert "LDG.E.128" in sass
         assert sass.count("STL") <= spills

@@ -358,8 +358,9 @@ def test_wide_tiles_rule_takes_short_rows_on_a_full_gpu_with_b_in_l2(monkeypatch
     assert hp.wide_tiles(367662, 36692, 36692 * 1024) and not hp.wide_tiles(899756, 89250, 89250 * 1024)
 
 
-def test_only_two_float32_tiles_of_one_vector_a_lane_may_widen():
+def test_only_two_float32_tiles_of_one_16_byte_vector_a_lane_may_widen():
     assert all(hp.can_widen(32, 4, 1, n, "<f4") for n in (160, 192, 256))
+    assert not hp.can_widen(32, 2, 1, 70, "<f4") and not hp.can_widen(32, 1, 1, 33, "<f4")  # narrower: not timed
     assert not hp.can_widen(32, 4, 1, 128, "<f4")  # one tile already
     assert not hp.can_widen(32, 4, 1, 512, "<f4")  # four tiles: mixed (0.90-1.17x)
     assert not hp.can_widen(32, 8, 1, 512, "<f4")  # 16 values a lane
@@ -378,6 +379,9 @@ def test_float32_products_take_wide_tiles_where_the_rule_holds(monkeypatch):
     assert hp.spmm_layout(dev, 256, 4, Bd) == (32, 4, 2, 1)  # one tile of 8 columns a lane
     assert hp.spmm_layout(dev, 256, 4, Bd, lanes=32)[:3] == (32, 4, 1)  # forced lanes: no rule
     assert hp.spmm_layout(dev, 128, 4, Bd)[:3] == (32, 4, 1)  # one tile already
+    assert hp.spmm_layout(dev, 70, 4, cuda.to_device(B[:, :70].copy()))[:3] == (32, 2, 1)  # 8-byte vectors
+    with pytest.raises(TypeError):
+        hp.spmm_layout(dev, 256, 4, Bd, 16)  # lanes only by name
     dev64 = CSR.from_scipy(A.astype(np.float64))
     assert hp.spmm_layout(dev64, 256, 8, cuda.to_device(B.astype(np.float64)))[2] == 1  # float32 only
     for reduce in ("sum", "mean", "min"):

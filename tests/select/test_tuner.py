@@ -175,6 +175,7 @@ def test_hp_is_also_tried_with_the_narrow_tiles_where_the_rule_takes_wide_ones(m
     ranked = tuner.candidates(dev, "spmm", 256, np.float32, device=H100)
     assert tuner.Candidate.of("hp", layout=(32, 4, 1)) in ranked  # the rule's neighbour (hp.wide_tiles)
     assert tuner.Candidate.of("hp", layout=(32, 4, 2)) not in ranked  # the rule's own layout
+    assert {dict(c.params).get("depth") for c in ranked if c.family == "hp"} <= {None, 1}  # depth 2 would spill
 
 
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
