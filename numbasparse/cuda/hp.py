@@ -128,6 +128,17 @@ def lane_layout(n_cols, itemsize, *arrays, lanes=None):
     return lanes, vec, cf
 
 
+def mean_row(nnz, nonempty_rows):
+    """Entries per non-empty row: the statistic behind HP-SpMM's row-length rules."""
+    return nnz / max(1, nonempty_rows)
+
+
+def gathers_fit(width, itemsize=4):
+    """True where a lane of ``width`` values of ``itemsize`` bytes can hold several entries' B
+    rows in flight without spilling (at most GATHER_MAX_WIDTH values, twice that of 16 bits)."""
+    return width <= (2 if itemsize == 2 else 1) * GATHER_MAX_WIDTH
+
+
 def gather_depth(nnz, nonempty_rows, width, itemsize=4, lanes=MAX_LANES):
     """Entries per gather batch for a graph of ``nnz`` entries in ``nonempty_rows`` non-empty
     rows with ``width`` columns of ``itemsize`` bytes per lane in groups of ``lanes``:
@@ -136,9 +147,9 @@ def gather_depth(nnz, nonempty_rows, width, itemsize=4, lanes=MAX_LANES):
     there) and wherever a group is the whole warp (no other group to diverge from at row ends);
     1 on short rows in narrower groups (short runs of one row leave a warp's groups on
     different paths)."""
-    long_rows = nnz >= GATHER_MIN_ROW * max(1, nonempty_rows)
+    long_rows = mean_row(nnz, nonempty_rows) >= GATHER_MIN_ROW
     scale = 2 if itemsize == 2 else 1
-    return scale * GATHER_DEPTH if width <= scale * GATHER_MAX_WIDTH and (long_rows or lanes == MAX_LANES) else 1
+    return scale * GATHER_DEPTH if gathers_fit(width, itemsize) and (long_rows or lanes == MAX_LANES) else 1
 
 
 def full_wave(registers_per_thread=64):
@@ -182,7 +193,7 @@ def short_rows(nnz, nonempty_rows):
     """True where ``nnz`` entries in ``nonempty_rows`` non-empty rows average fewer than
     SINGLE_MAX_MEAN_ROW: HP-SpMM's single-launch regime, latency-bound, each row's end (a
     dependent ``indptr`` load, a store) weighing as much as its gathers."""
-    return nnz < SINGLE_MAX_MEAN_ROW * max(1, nonempty_rows)
+    return mean_row(nnz, nonempty_rows) < SINGLE_MAX_MEAN_ROW
 
 
 def single_launch(mean_row_nnz, span, empty_rows_per_group):
@@ -214,7 +225,7 @@ def wide_tiles(nnz, nonempty_rows, b_bytes):
     tile only lengthens each group); and where B fits in L2 (the two tiles run one after the
     other, blockIdx.y, each over half of B's columns)."""
     slots = full_wave() * WARPS_PER_BLOCK
-    return (nnz < WIDE_TILE_MAX_MEAN_ROW * max(1, nonempty_rows) and 2 * nnz >= GROUP_COST * slots
+    return (mean_row(nnz, nonempty_rows) < WIDE_TILE_MAX_MEAN_ROW and 2 * nnz >= GROUP_COST * slots
             and b_bytes <= device.memory_system()[0])
 
 
@@ -665,7 +676,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
 
 # SpMM plan and launch ------------------------------------------------------------------------
 
-HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows single fill_rows unused_scratch depth")
+HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows single fill_rows unused_scratch depth "
+                                           "layout")
 
 
 def _pattern(A, name, *args):
@@ -717,8 +729,8 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
             raise ValueError(f"HP-SpMM on {A.dtype} runs as a single launch only (single=False given)")
         single = True
     if single is None:
-        mean_row_nnz = A.nnz / max(1, _pattern(A, "nonempty_rows"))
-        single = single_launch(mean_row_nnz, _pattern(A, "crossing_span", block_groups * nnz_per_group),
+        single = single_launch(mean_row(A.nnz, _pattern(A, "nonempty_rows")),
+                               _pattern(A, "crossing_span", block_groups * nnz_per_group),
                                _pattern(A, "empty_rows_per_group", nnz_per_group))
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single),
                             None if out_fmt == fmt else out_fmt, accumulate)
@@ -728,7 +740,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     # the filled kernel takes (and never reads) the single launch's scratch argument
     unused = None if single else cuda.device_array(1, np.uint64)
     return HPPlan(kernel, grid, nnz_per_group, _pattern(A, "segment_rows", nnz_per_group), bool(single), fill_rows,
-                  unused, depth)
+                  unused, depth, (lanes, vec, cf))
 
 
 def _scratch(A, key, plan, n, dtype, stream):

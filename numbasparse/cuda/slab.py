@@ -254,7 +254,8 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
                 for v in range(vec):
                     partial[warp, lane * vec + v] = acc[v]
                 syncwarp()
-                scale = scale_of(indptr[row + 1] - indptr[row])  # the mean's partial sums scaled by the row's length
+                # the mean's partial sums scaled by the row's length (the others: no indptr loads)
+                scale = scale_of(indptr[row + 1] - indptr[row] if reduce_code == MEAN else 1)
                 for c in range(vec):
                     col = j0 + lane + i32(c * WARP)
                     if col < n:

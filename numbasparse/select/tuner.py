@@ -283,9 +283,8 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, B, C, None, None, None, None, None)
             rule_hp = (plan.nnz_per_group, plan.depth, plan.single)
             npgs = sorted({plan.nnz_per_group, max(4, plan.nnz_per_group // 2), 2 * plan.nnz_per_group})
-            lanes, vec, cf, _ = hp.spmm_layout(A, n_cols, itemsize, B)
-            widest = hp.GATHER_MAX_WIDTH * (2 if is_half(dtype) else 1)  # deeper gathers of wider lanes spill
-            depths = (plan.depth,) if vec * cf > widest else (
+            lanes, vec, cf = plan.layout
+            depths = (plan.depth,) if not hp.gathers_fit(vec * cf, 2 if is_half(dtype) else 4) else (
                 plan.depth, 1 if plan.depth > 1 else (2 * hp.GATHER_DEPTH if is_half(dtype) else hp.GATHER_DEPTH))
             singles = (plan.single,) if is_half(dtype) else (plan.single, not plan.single)
             around = [(g, d, s) for g in npgs for d in depths for s in singles if (g, d, s) != rule_hp]
