@@ -10,6 +10,7 @@ on the framework's current stream, so they are ordered with the caller's other w
 """
 import functools
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,9 +124,15 @@ def torch_dtype(dtype):
 
 def torch_signature(x):
     """(shape, dtype, device index, address modulo MAX_ALIGNMENT) of a C-contiguous CUDA
-    ``torch.Tensor`` once torch has been seen (:func:`dense`), else None: what a replayed call
-    (:mod:`numbasparse.replay`) needs to be unchanged about an operand."""
-    if not _TORCH_TENSOR or type(x) is not _TORCH_TENSOR[0] or not x.is_cuda or not x.is_contiguous():
+    ``torch.Tensor``, else None: what a replayed call (:mod:`numbasparse.replay`) needs to be
+    unchanged about an operand.  (torch is looked up among the imported modules, never imported:
+    a process's first call counts towards its replay like the others.)"""
+    if not _TORCH_TENSOR:
+        torch = sys.modules.get("torch")
+        if torch is None or type(x) is not torch.Tensor:
+            return None
+        _torch_dtypes()
+    if type(x) is not _TORCH_TENSOR[0] or not x.is_cuda or not x.is_contiguous():
         return None
     return x.shape, x.dtype, x.get_device(), x.data_ptr() % MAX_ALIGNMENT
 

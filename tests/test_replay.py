@@ -118,3 +118,18 @@ def test_a_replay_that_cannot_allocate_its_output_raises_the_full_calls_memory_e
 
     with pytest.raises(KeyError):
         replay.call(A, (), (operand,), None, other, None, ())
+
+
+def test_a_process_first_torch_call_has_a_signature(monkeypatch):
+    """A torch operand has a signature before numbasparse has converted any (the first call of a
+    process counts towards its replay, as a training loop's GPU test expects)."""
+    torch = pytest.importorskip("torch")
+    from numbasparse import arrays
+
+    monkeypatch.setattr(arrays, "_TORCH_TENSOR", [])
+    monkeypatch.setattr(arrays, "_TORCH_DTYPES", {})
+    x = torch.zeros(3, 4)
+    monkeypatch.setattr(type(x), "is_cuda", property(lambda self: True))  # (a stand-in CUDA tensor)
+    monkeypatch.setattr(type(x), "get_device", lambda self: 0)
+    assert arrays.torch_signature(x) == (x.shape, torch.float32, 0, x.data_ptr() % launch.MAX_ALIGNMENT)
+    assert arrays.torch_signature(object()) is None
