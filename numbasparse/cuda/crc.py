@@ -85,4 +85,5 @@ def spmm_crc_cwm(A, B, C, reduce, *, cf, stream=0):
         return
     kernel = spmm_crc_cwm_kernel(reductions.CODES[reduce], cf, C.dtype.str, A.indices.dtype.str)
     grid, block = row_warp_grid(m, n, WARP * cf)
-    launch.run(kernel, grid, block, stream, A.indptr, A.indices, A.data, B, C)
+    launch.run_bound(A.cache, ("crc", kernel, n), kernel, grid, block, stream, (A.indptr, A.indices, A.data, B, C),
+                     (3, 4))

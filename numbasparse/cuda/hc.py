@@ -442,7 +442,8 @@ def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid", tf32=False):
     kernel = spmm_hc_kernel(fmt, A.indices.dtype.str, tensor_cores, vec4, half and C.dtype.itemsize == 4)
     grid = (cdiv(m, WINDOW), cdiv(n, COLS))
     tile_arrays = fragments(A, mode, tiles) if tensor_cores else None
-    launch.run(kernel, grid, THREADS, stream, *_window_args(A, paths(A, mode, tiles)[1], tile_arrays), B, C)
+    args = (*_window_args(A, paths(A, mode, tiles)[1], tile_arrays), B, C)
+    launch.run_bound(A.cache, ("hc", kernel, mode, n), kernel, grid, THREADS, stream, args, (len(args) - 2, len(args) - 1))
 
 
 def spmm_dense(A, X, W, out, *, stream=0, mode="hybrid"):
@@ -452,4 +453,6 @@ def spmm_dense(A, X, W, out, *, stream=0, mode="hybrid"):
     if m == 0 or f == 0:
         return
     kernel = spmm_dense_kernel(kernel_format(A.dtype), A.indices.dtype.str)
-    launch.run(kernel, cdiv(m, WINDOW), THREADS, stream, *_window_args(A, paths(A, mode)[1]), X, W, out)
+    args = (*_window_args(A, paths(A, mode)[1]), X, W, out)
+    launch.run_bound(A.cache, ("hc_dense", kernel, mode), kernel, cdiv(m, WINDOW), THREADS, stream, args,
+                     tuple(range(len(args) - 3, len(args))))

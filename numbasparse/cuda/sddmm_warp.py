@@ -47,4 +47,5 @@ def sddmm_warp_row(A, X, Y, out, *, stream=0):
         return
     kernel = sddmm_warp_row_kernel(out.dtype.str)
     grid, block = row_warp_grid(m, 1, 1)
-    launch.run(kernel, grid, block, stream, A.indptr, A.indices, A.data, X, Y, out)
+    launch.run_bound(A.cache, ("warp_row", kernel), kernel, grid, block, stream,
+                     (A.indptr, A.indices, A.data, X, Y, out), (3, 4, 5))

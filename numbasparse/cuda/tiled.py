@@ -141,7 +141,8 @@ def spmm_tiled(A, order, B, C, schedule, *, stream=0):
         return
     kernel = spmm_tiled_kernel(schedule, C.dtype.str, A.indices.dtype.str)
     grid = (cdiv(m, schedule.m_tile), cdiv(n, schedule.cols_per_block))
-    launch.run(kernel, grid, (schedule.n_tile, schedule.m_tile), stream, A.indptr, A.indices, A.data, order, B, C)
+    launch.run_bound(A.cache, ("tiled", kernel, n), kernel, grid, (schedule.n_tile, schedule.m_tile), stream,
+                     (A.indptr, A.indices, A.data, order, B, C), (4, 5))
 
 
 @dataclass(frozen=True, order=True)
@@ -242,5 +243,5 @@ def sddmm_tiled(A, X, Y, out, schedule, *, stream=0):
     if m == 0 or A.nnz == 0:
         return
     kernel = sddmm_tiled_kernel(schedule, out.dtype.str)
-    launch.run(kernel, cdiv(m, schedule.m_tile), schedule.threads, stream,
-               A.indptr, A.indices, A.data, X, Y, out)
+    launch.run_bound(A.cache, ("tiled_sddmm", kernel), kernel, cdiv(m, schedule.m_tile), schedule.threads, stream,
+                     (A.indptr, A.indices, A.data, X, Y, out), (3, 4, 5))
