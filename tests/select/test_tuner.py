@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from numbasparse.cuda.tiled import Schedule
-from numbasparse.select import tuner
+from numbasparse.select import cost, tuner
 from strategies import assert_close
 
 H100 = tuner.Device("H100", 132)
@@ -240,7 +240,7 @@ def test_a_choice_is_timed_once_then_taken_from_memory_and_disk(tmp_path, monkey
 
     monkeypatch.setattr(tuner, "_timer", fake_timer)
     spmm_space = len(tuner.candidates(first_csr, "spmm", 16, np.float32, device=H100))
-    searched = spmm_space + 2 * tuner.CONFIRM_ROUNDS  # the winner timed again against the rules' pick
+    searched = min(spmm_space, tuner.TUNE_TOP) + 2 * tuner.CONFIRM_ROUNDS  # the winner timed again vs the rules' pick
     first = tuner.choose(first_csr, "spmm", 16, np.float32)
     assert len(calls) == searched and first == calls[2]
     assert tuner.choose(dev, "spmm", 16, np.float32) == first and len(calls) == searched  # from disk
@@ -325,3 +325,43 @@ def test_half_sums_search_hc_on_the_tensor_cores_and_each_computes_the_product()
         C = cuda.to_device(np.full(expected.shape, np.nan, np.float32))  # poisoned; float32: the sum itself
         tuner.run(candidate, "spmm", half, (cuda.to_device(B.view(np.uint16)), C))
         assert_close(C.copy_to_host(), expected, np.float32, abs(rounded) @ np.abs(B.astype(np.float64)))
+
+
+def test_candidates_after_the_rules_pick_follow_the_cost_model():
+    """The rules' pick first, then every other candidate by the cost model's predicted time."""
+    _, A = _graph()
+    for op, n in (("spmm", 16), ("sddmm", 16)):
+        ranked = tuner.candidates(A, op, n, np.float32, device=H100)
+        operands = tuner.scratch_operands(A, op, n, np.float32)
+        keys = [tuner._rank_key(c, op, A, n, np.float32, _hp_rule(A, op, n, operands), tuner._stats(A, H100), H100,
+                                cost.shipped(), operands) for c in ranked[1:]]
+        assert len(ranked) > 3 and keys == sorted(keys)
+
+
+def _hp_rule(A, op, n, operands):
+    from numbasparse.cuda import hp
+
+    if op == "spmm":
+        plan = hp._spmm_plan(A, 0, n, *operands, None, None, None, None, None)
+        return plan.nnz_per_group, plan.depth, plan.single, plan.layout
+    vec, group = hp.sddmm_layout(n, 4, operands[0], operands[1])
+    return vec, group, hp.sddmm_nnz_per_warp(A.nnz, group)
+
+
+def test_the_cost_model_predicts_more_time_for_more_work():
+    """Doubling the entries (or N) of an HP-SpMM call never predicts less time, nor is any call
+    predicted below the host's time; the shipped constants load."""
+    c = cost.shipped()
+    assert c.l2_bytes_per_us > 0 and c.host_us > 0
+    small = cost.Stats(1000, 1000, 5000, 1000, 4, 132, 50 << 20)
+    big = cost.Stats(10 ** 6, 10 ** 6, 2 * 10 ** 7, 10 ** 6, 4, 132, 50 << 20)
+    bigger = cost.Stats(10 ** 6, 10 ** 6, 4 * 10 ** 7, 10 ** 6, 4, 132, 50 << 20)
+    layout = (32, 4, 1)
+    t_small = cost.predict_us(c, small, "hp", cost.hp_spmm_terms(small, 64, 4, 64, 2, True, layout))
+    t_big = cost.predict_us(c, big, "hp", cost.hp_spmm_terms(big, 64, 4, 64, 2, True, layout))
+    t_bigger = cost.predict_us(c, bigger, "hp", cost.hp_spmm_terms(bigger, 64, 4, 64, 2, True, layout))
+    assert c.host_us + c.host_op_us <= t_small < t_big < t_bigger
+    wide = cost.predict_us(c, big, "hp", cost.hp_spmm_terms(big, 256, 4, 64, 2, True, layout))
+    assert wide > t_big
+    sddmm = [cost.predict_us(c, big, "hp", cost.hp_sddmm_terms(big, k, 4, 4, 4, 32)) for k in (32, 128)]
+    assert sddmm[0] < sddmm[1]
