@@ -4,8 +4,8 @@ with an H100's SM count):
 
     python tools/fit_cost_model.py --data .data RESULTS.json [...] [--write]
 
-RESULTS: ``benchmarks/probes/tuned_vs_auto.py`` output from one GPU (every candidate's time, back
-to back, per op, graph and N).  The rules' pick is left out of the fit and of the ranks: it is
+RESULTS: ``benchmarks/probes/tuned_vs_auto.py --all`` output from one GPU (every candidate's time,
+back to back, per op, graph and N).  The rules' pick is left out of the fit and of the ranks: it is
 timed first, right after the compiles, and reads slow (BENCHMARKS.md, "algorithm='tuned'").
 Reported, fitting on all graphs but one and ranking that one's cases: the Spearman correlation of
 predicted and measured times per case, and for the first k candidates in the model's order (the

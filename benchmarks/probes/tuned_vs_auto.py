@@ -2,9 +2,9 @@
 
     python benchmarks/probes/tuned_vs_auto.py --graphs default,rmat:18 --data .data --n 64,256 --out tuned.json
 
-For each op, graph and N: the first tuned call (every candidate of the schedule space compiled and
-timed: the record's ``search_s``), every candidate's time and the Spearman rank correlation of the
-space's order with them, then tuned and auto timed interleaved (back to back, median), results
+For each op, graph and N: the first tuned call (the candidates it times compiled and timed: the
+record's ``search_s``; ``--all``: every candidate of the space), their times and the Spearman
+rank correlation of the space's order with them, then tuned and auto timed interleaved (back to back, median), results
 checked against each other.
 """
 import argparse
@@ -32,6 +32,8 @@ def main():
     p.add_argument("--n", default="64,256")
     p.add_argument("--ops", default="spmm,sddmm")
     p.add_argument("--out", required=True)
+    p.add_argument("--all", action="store_true", help="time every candidate (the data tools/fit_cost_model.py "
+                   "fits), not the cost model's first tuner.TUNE_TOP")
     args = p.parse_args()
     os.environ["NUMBASPARSE_CACHE"] = tempfile.mkdtemp()  # an empty cache: every first call searches
     import torch
@@ -41,6 +43,8 @@ def main():
     from numbasparse.bench.timing import time_cuda_interleaved
     from numbasparse.select import tuner
 
+    if args.all:
+        tuner.TUNE_TOP = None
     found = {s: graphs.from_spec(s) for s in args.graphs.split(",") if s}
     if args.data:
         found.update(graphs.load_npz_dir(args.data))

@@ -19,16 +19,15 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
   measured kernels, this one needs no training data and is easy to check against an exhaustive
   search, ``tools/tune_report.py``).
 
-Across families the order is the rules' (their choice, then HP's neighbours by how many
-parameters differ, the slab kernel, HC-SpMM, the tiled schedules by their model); every candidate is
+After the rules' choice, the candidates are ranked by the cost model of every family
+(:mod:`numbasparse.select.cost`; HC-SpMM, which it does not model, last); the first TUNE_TOP are
 timed (CUDA events around back-to-back batches of about 1 ms, median of 5, after a warm-up
-launch that compiles) unless ``top_k`` says
-fewer, and the fastest is kept (one other than the rules' choice only if it still wins when the
-two are timed again, alternating: :func:`tune`): in the matrix's cache, and on disk in ``tuned.json`` in
-numbasparse's cache directory (:mod:`numbasparse.disk`), keyed by op, GPU name, graph signature
-(a hash of indptr and indices), N, dtype and reduction, with every candidate's time (what the
-ranking's quality is measured from).  On the simulator, where timings mean nothing, the first
-candidate is taken.
+launch that compiles), and the fastest is kept (one other than the rules' choice only if it
+still wins when the two are timed again, alternating: :func:`tune`): in the matrix's cache, and
+on disk in ``tuned.json`` in numbasparse's cache directory (:mod:`numbasparse.disk`), keyed by
+op, GPU name, graph signature (a hash of indptr and indices), N, dtype and reduction, with every
+timed candidate's time (what the model is fitted to: ``tools/fit_cost_model.py``).  On the
+simulator, where timings mean nothing, the first candidate is taken.
 """
 import hashlib
 import json
@@ -155,7 +154,7 @@ def cache_path():
 
 #: Part of every cache key: raise it when the schedule space, a family's parameters or the way a
 #: choice is made change, so that choices made otherwise are timed again.
-SPACE_VERSION = 5
+SPACE_VERSION = 6
 
 
 def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", families=None):
@@ -452,10 +451,11 @@ def tune(ranked, time_candidate, top_k=None):
 TUNE_TOP = 8
 
 
-def choose(A, op, n_cols, dtype, reduce="sum", *, families=FAMILIES, top_k=TUNE_TOP):
+def choose(A, op, n_cols, dtype, reduce="sum", *, families=FAMILIES, top_k=None):
     """The candidate ``algorithm="tuned"`` runs for (op, device CSR A, N, dtype, reduce): from A's
-    cache, else the on-disk cache, else timed now (every ranked candidate, or the first
-    ``top_k``) and stored.  ``families`` narrows the space (``algorithm="tiled"``: G-Sparse's)."""
+    cache, else the on-disk cache, else timed now (the first ``top_k`` ranked candidates, by
+    default TUNE_TOP; every one where that is None) and stored.  ``families`` narrows the space
+    (``algorithm="tiled"``: G-Sparse's)."""
     from ..cuda.device import simulator_enabled
 
     dtype = np.dtype(dtype)
@@ -475,7 +475,7 @@ def choose(A, op, n_cols, dtype, reduce="sum", *, families=FAMILIES, top_k=TUNE_
             start = time.perf_counter()
             operands = scratch_operands(A, op, n_cols, dtype)
             ranked = candidates(A, op, n_cols, dtype, reduce, operands, families, device)
-            choice, record = tune(ranked, _timer(A, op, operands, reduce), top_k)
+            choice, record = tune(ranked, _timer(A, op, operands, reduce), top_k or TUNE_TOP)
             record["search_s"] = time.perf_counter() - start  # compiles included
             store(disk_key, choice, record)
         return choice
