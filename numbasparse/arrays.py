@@ -129,7 +129,7 @@ def torch_signature(x):
     a process's first call counts towards its replay like the others.)"""
     if not _TORCH_TENSOR:
         torch = sys.modules.get("torch")
-        if torch is None or type(x) is not torch.Tensor:
+        if torch is None or type(x) is not getattr(torch, "Tensor", None):  # (None: torch still importing)
             return None
         _torch_dtypes()
     if type(x) is not _TORCH_TENSOR[0] or not x.is_cuda or not x.is_contiguous():

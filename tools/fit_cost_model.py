@@ -5,7 +5,9 @@ with an H100's SM count):
     python tools/fit_cost_model.py --data .data RESULTS.json [...] [--write]
 
 RESULTS: ``benchmarks/probes/tuned_vs_auto.py --all`` output from one GPU (every candidate's time,
-back to back, per op, graph and N).  The rules' pick is left out of the fit and of the ranks: it is
+back to back, per op, graph and N; float32 sums and SDDMM: the model is applied to every dtype
+and reduction unfitted).  "The space's own order" below is the order the record lists the
+candidates in: the hand order for data recorded before the model (2026-11-27), the model's since.  The rules' pick is left out of the fit and of the ranks: it is
 timed first, right after the compiles, and reads slow (BENCHMARKS.md, "algorithm='tuned'").
 Reported, fitting on all graphs but one and ranking that one's cases: the Spearman correlation of
 predicted and measured times per case, and for the first k candidates in the model's order (the
@@ -65,20 +67,14 @@ def model_rows(records, data):
         else:
             operands = (cuda.device_array((g.shape[0], n), np.float32), cuda.device_array((g.shape[1], n), np.float32),
                         cuda.device_array(g.nnz, np.float32))
-        from numbasparse.cuda import hp
-
-        if op == "spmm":
-            plan = hp._spmm_plan(A, 0, n, *operands, None, None, None, None, None)
-            rule = (plan.nnz_per_group, plan.depth, plan.single, plan.layout)
+        rule = tuner.hp_rule(A, op, n, np.float32, "sum", operands)
+        if op == "spmm":  # (counted on the host: the simulator would take a thread at a time)
             vec, _ = slab.lane_layout(n, 4, *operands)
             _, width, _ = slab.tiling(A.nnz, A.shape[1], n, 4, vec)
             A.cache.put("plans", ("entries_per_segment", width), entries_per_segment(g.indptr, g.indices, width))
-        else:
-            vec, group = hp.sddmm_layout(n, 4, operands[0], operands[1])
-            rule = (vec, group, hp.sddmm_nnz_per_warp(A.nnz, group))
-        stats = cost.Stats.of(g.shape, g.indptr, 4, H100[1], 50 << 20)
+        stats = cost.Stats.of(g.shape, g.indptr, 4, gpu.sms, gpu.l2_bytes)
         for i, (text, ms) in enumerate(record["times"].items()):
-            inputs = tuner.model_inputs(parse(text), op, A, n, np.float32, rule, stats, gpu, operands)
+            inputs = tuner.model_inputs(parse(text), op, A, n, np.float32, rule, stats, gpu, operands, "sum")
             if inputs is not None:
                 rows.append((case, path.stem, i == 0, ms * 1e3, *inputs, stats, i))
     return rows

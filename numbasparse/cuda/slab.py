@@ -325,7 +325,12 @@ def segment_count_kernel():
 
 def entries_per_segment_on_device(A, width):
     """Entries per segment of device CSR ``A`` for slabs of ``width`` columns, counted on the GPU
-    (no copy of the pattern to the host; the rule of ``auto`` reads it)."""
+    (no copy of the pattern to the host) once per width and kept in ``A.cache``: the rule of
+    ``auto`` and the tuner's cost model read it."""
+    return A.cache.get_or_build("plans", ("entries_per_segment", width), lambda: _count_segments(A, width))
+
+
+def _count_segments(A, width):
     if A.nnz == 0:
         return 0.0
     total = cuda.to_device(np.zeros(1, np.int64))

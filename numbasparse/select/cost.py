@@ -18,11 +18,14 @@ plus the fill of C where the kernel does not write it all.  The column-slab kern
 one atomic flush per segment (a row's run in a column slab); G-Sparse's tiled kernels take their
 own model (:func:`numbasparse.select.tuner.predicted_cost`, warp-instruction slots) in time.
 The constants (:class:`Constants`) are fitted to measured times on one GPU
-(``tools/fit_cost_model.py``, from ``benchmarks/probes/tuned_vs_auto.py`` output) and shipped as
+(``tools/fit_cost_model.py``, from ``benchmarks/probes/tuned_vs_auto.py --all`` output: float32
+sums and SDDMM, applied unfitted to other dtypes and reductions) and shipped as
 ``cost_<gpu>.json`` beside this file; the statistics come from the pattern and the GPU's SM count
 and L2.  Only the order of the predictions is used: the tuner times the candidates the model
-ranks first (:data:`numbasparse.select.tuner.TUNE_TOP`).
+ranks first (:data:`numbasparse.select.tuner.TUNE_TOP`).  In the H100's fit the host time per
+operation came out near zero: the fixed host time per call absorbed it.
 """
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, fields
@@ -30,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-WARP = 32
+from ..cuda.hp import GROUP_COST, WARP
 #: Warps one SM keeps resident in HP's kernels (64 registers: 8 blocks of 4 warps).
 RESIDENT_WARPS = 32
 #: Instructions per entry of a lane besides its multiply-adds (index, value, address, loop).
@@ -53,8 +56,9 @@ class Constants:
 
     @classmethod
     def load(cls, path):
-        doc = json.loads(Path(path).read_text())
-        return cls(**{f.name: float(doc["constants"][f.name]) for f in fields(cls)})
+        """The constants in ``path`` (a field it lacks keeps its default)."""
+        stored = json.loads(Path(path).read_text())["constants"]
+        return cls(**{f.name: float(stored[f.name]) for f in fields(cls) if f.name in stored})
 
     def save(self, path, **extra):
         Path(path).write_text(json.dumps(dict(extra, constants=asdict(self)), indent=1) + "\n")
@@ -64,6 +68,7 @@ def model_path(gpu="h100"):
     return Path(__file__).with_name(f"cost_{gpu}.json")
 
 
+@functools.lru_cache(maxsize=None)
 def shipped():
     """The constants fitted on the H100 (the only GPU measured), or the defaults without a file."""
     path = model_path()
@@ -131,7 +136,6 @@ def hp_spmm_terms(s, n, itemsize, nnz_per_group, depth, single, layout):
     groups = -(-s.nnz // nnz_per_group) * tiles
     resident = s.sms * RESIDENT_WARPS * (WARP // lanes)
     # a group's rounds: its entries over the gather depth, one per row end, GROUP_COST for its setup
-    from ..cuda.hp import GROUP_COST
     row_ends = s.nonempty * tiles
     work = (s.nnz * tiles / depth) + row_ends + GROUP_COST * groups
     per_group = nnz_per_group / depth + GROUP_COST

@@ -19,14 +19,15 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
   measured kernels, this one needs no training data and is easy to check against an exhaustive
   search, ``tools/tune_report.py``).
 
-After the rules' choice, the candidates are ranked by the cost model of every family
-(:mod:`numbasparse.select.cost`; HC-SpMM, which it does not model, last); the first TUNE_TOP are
-timed (CUDA events around back-to-back batches of about 1 ms, median of 5, after a warm-up
+After the rules' choice come the families the cost model does not cover (HC-SpMM), then the
+others in the order of the cost model of every family (:mod:`numbasparse.select.cost`; only where
+HP is in the space: ``algorithm="tiled"`` keeps G-Sparse's order); the first TUNE_TOP are timed (CUDA events around back-to-back batches of about 1 ms, median of 5, after a warm-up
 launch that compiles), and the fastest is kept (one other than the rules' choice only if it
 still wins when the two are timed again, alternating: :func:`tune`): in the matrix's cache, and
 on disk in ``tuned.json`` in numbasparse's cache directory (:mod:`numbasparse.disk`), keyed by
 op, GPU name, graph signature (a hash of indptr and indices), N, dtype and reduction, with every
-timed candidate's time (what the model is fitted to: ``tools/fit_cost_model.py``).  On the
+timed candidate's time (the model is fitted to a search that times all of them:
+``benchmarks/probes/tuned_vs_auto.py --all``, ``tools/fit_cost_model.py``).  On the
 simulator, where timings mean nothing, the first candidate is taken.
 """
 import hashlib
@@ -264,10 +265,11 @@ def run(candidate, op, A, operands, reduce="sum", stream=0):
         tiled.sddmm_tiled(A, *operands, _tiled(op, params), stream=stream)
 
 
-def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMILIES, device=None):
+def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMILIES, device=None, by_model=True):
     """The schedule space for one call, ranked (module docstring): the candidates of
-    ``families`` that take ``dtype`` and ``reduce``, the rules' choice first.  ``operands``:
-    device arrays the plans read the alignment of (default: fresh ones)."""
+    ``families`` that take ``dtype`` and ``reduce``, the rules' choice first, then (``by_model``,
+    where HP is in the space) the families the cost model does not cover and the others in its
+    order.  ``operands``: device arrays the plans read the alignment of (default: fresh ones)."""
     from .. import dispatch
     from ..cuda import hp
     from ..dtypes import is_half
@@ -276,7 +278,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
     operands = operands or scratch_operands(A, op, n_cols, dtype)
     itemsize = dtype.itemsize
     ranked = []
-    hp_rule = None  # HP's own parameters, where HP is in the space
+    hp_params = None  # HP's own parameters, where HP is in the space
     if op == "spmm":
         rule = dispatch.auto_name("spmm", "cuda", n_cols, itemsize, A, dtype)
         if rule in families:
@@ -285,7 +287,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             B, C = operands
             plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, B, C, None, None, None, None, None)
             rule_hp = (plan.nnz_per_group, plan.depth, plan.single)
-            hp_rule = (*rule_hp, plan.layout)
+            hp_params = (*rule_hp, plan.layout)
             npgs = sorted({plan.nnz_per_group, max(4, plan.nnz_per_group // 2), 2 * plan.nnz_per_group})
             lanes, vec, cf = plan.layout
             depths = (plan.depth,) if not hp.gathers_fit(vec * cf, 2 if is_half(dtype) else 4) else (
@@ -312,7 +314,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             ranked.append(Candidate.of("hp"))
             vec, group = hp.sddmm_layout(n_cols, itemsize, X, Y)
             npw = hp.sddmm_nnz_per_warp(A.nnz, group)
-            hp_rule = (vec, group, npw)
+            hp_params = (vec, group, npw)
             groups = [g for g in (group, 2 * group, group // 2) if 1 <= g <= hp.WARP]
             npws = sorted({npw, max(1, npw // 2), 2 * npw})
             ranked += [Candidate.of("hp", group=g, nnz_per_warp=w) for g in groups for w in npws
@@ -323,12 +325,15 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
         top = rank(lengths, n_cols, device, itemsize, A.index_dtype.itemsize, op)
         top = top[:TILED_TOP_ALONE if tuple(families) == ("tiled",) else TILED_TOP]
         ranked += [Candidate.of("tiled", **asdict(s)) for s in top]
-    if hp_rule is not None and len(ranked) > 2:  # the rules' pick first, the others by the cost model
+    if by_model and hp_params is not None and n_cols > 0 and len(ranked) > 2:
         device = device or _device()
         stats = _stats(A, device)
         constants = cost.shipped()
-        ranked = ranked[:1] + sorted(ranked[1:], key=lambda c: _rank_key(
-            c, op, A, n_cols, dtype, hp_rule, stats, device, constants, operands))
+        keys = {c: _rank_key(c, op, A, n_cols, dtype, hp_params, reduce, stats, device, constants, operands)
+                for c in ranked[1:]}
+        # the rules' pick, the families the model does not cover (it cannot rank them), then the model's order
+        ranked = ranked[:1] + [c for c in ranked[1:] if keys[c] is None] + sorted(
+            (c for c in ranked[1:] if keys[c] is not None), key=keys.get)
     return ranked
 
 
@@ -337,30 +342,41 @@ def _stats(A, device):
         A.shape, A.host_indptr, A.index_dtype.itemsize, device.sms, device.l2_bytes))
 
 
-def resolved_hp(candidate, A, n_cols, itemsize, rule):
-    """An HP-SpMM candidate's (nnz_per_group, depth, single, layout): its own parameters, the
-    rules' for the others; a candidate of another layout takes that layout's DTP and depth."""
+def hp_rule(A, op, n_cols, dtype, reduce, operands):
+    """HP's own parameters for the call: (nnz_per_group, depth, single, layout) of its SpMM plan,
+    or (vec, group, nnz_per_warp) of its SDDMM layout and DTP."""
     from ..cuda import hp
-    from ..cuda.device import cdiv
+
+    if op == "spmm":
+        plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, *operands, None, None, None, None, None)
+        return plan.nnz_per_group, plan.depth, plan.single, plan.layout
+    X, Y, _ = operands
+    vec, group = hp.sddmm_layout(n_cols, np.dtype(dtype).itemsize, X, Y)
+    return vec, group, hp.sddmm_nnz_per_warp(A.nnz, group)
+
+
+def resolved_hp(candidate, A, n_cols, reduce, rule, operands):
+    """An HP-SpMM candidate's (nnz_per_group, depth, single, layout): its own parameters, the
+    rules' for the others; a candidate of another layout takes what HP's plan gives that layout."""
+    from ..cuda import hp
 
     params = dict(candidate.params)
-    npg, depth, single, layout = rule
     if "layout" in params:
-        layout = tuple(params["layout"])
-        lanes, vec, cf = layout
-        npg = hp.spmm_nnz_per_group(A.nnz, cdiv(n_cols, lanes * vec * cf), groups_per_warp=WARP // lanes)
-        depth = hp.gather_depth(A.nnz, hp._pattern(A, "nonempty_rows"), vec * cf, itemsize, lanes)
+        plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, *operands, None, None, tuple(params["layout"]),
+                             None, None)
+        rule = (plan.nnz_per_group, plan.depth, plan.single, plan.layout)
+    npg, depth, single, layout = rule
     return (params.get("nnz_per_group", npg), params.get("depth", depth), params.get("single", single), layout)
 
 
-def _rank_key(candidate, op, A, n_cols, dtype, rule, stats, device, constants, operands):
-    """The cost model's order (:func:`numbasparse.select.cost.rank_key`); a family it does not
-    model (HC-SpMM) last."""
-    inputs = model_inputs(candidate, op, A, n_cols, dtype, rule, stats, device, operands)
-    return (math.inf, math.inf) if inputs is None else cost.rank_key(constants, stats, *inputs)
+def _rank_key(candidate, op, A, n_cols, dtype, rule, reduce, stats, device, constants, operands):
+    """The cost model's order (:func:`numbasparse.select.cost.rank_key`); None for a family it does
+    not model (HC-SpMM)."""
+    inputs = model_inputs(candidate, op, A, n_cols, dtype, rule, stats, device, operands, reduce)
+    return None if inputs is None else cost.rank_key(constants, stats, *inputs)
 
 
-def model_inputs(candidate, op, A, n_cols, dtype, rule, stats, device, operands):
+def model_inputs(candidate, op, A, n_cols, dtype, rule, stats, device, operands, reduce="sum"):
     """(family, terms, slots) of ``candidate`` for :func:`numbasparse.select.cost.predict_us`, or
     None for a family the model does not cover.  ``rule``: HP's own parameters for the call."""
     from ..cuda import slab
@@ -379,12 +395,12 @@ def model_inputs(candidate, op, A, n_cols, dtype, rule, stats, device, operands)
         return "hp", cost.hp_sddmm_terms(stats, n_cols, itemsize, vec, params.get("group", group),
                                          params.get("nnz_per_warp", npw)), None
     if candidate.family == "hp":
-        return "hp", cost.hp_spmm_terms(stats, n_cols, itemsize, *resolved_hp(candidate, A, n_cols, itemsize, rule)), None
+        return "hp", cost.hp_spmm_terms(stats, n_cols, itemsize, *resolved_hp(candidate, A, n_cols, reduce, rule,
+                                                                              operands)), None
     if candidate.family == "slab":
         vec, _ = slab.lane_layout(n_cols, itemsize, *operands)
         _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
-        eps = A.cache.get_or_build("plans", ("entries_per_segment", width),
-                                   lambda: slab.entries_per_segment_on_device(A, width))
+        eps = slab.entries_per_segment_on_device(A, width)
         return "slab", cost.slab_spmm_terms(stats, n_cols, itemsize, vec, eps), None
     return None
 
@@ -453,9 +469,9 @@ TUNE_TOP = 8
 
 def choose(A, op, n_cols, dtype, reduce="sum", *, families=FAMILIES, top_k=None):
     """The candidate ``algorithm="tuned"`` runs for (op, device CSR A, N, dtype, reduce): from A's
-    cache, else the on-disk cache, else timed now (the first ``top_k`` ranked candidates, by
-    default TUNE_TOP; every one where that is None) and stored.  ``families`` narrows the space
-    (``algorithm="tiled"``: G-Sparse's)."""
+    cache, else the on-disk cache, else timed now and stored: the first ``top_k`` ranked
+    candidates (None: TUNE_TOP of them, or all where TUNE_TOP is None, as ``tuned_vs_auto.py
+    --all`` sets it).  ``families`` narrows the space (``algorithm="tiled"``: G-Sparse's)."""
     from ..cuda.device import simulator_enabled
 
     dtype = np.dtype(dtype)
@@ -463,7 +479,7 @@ def choose(A, op, n_cols, dtype, reduce="sum", *, families=FAMILIES, top_k=None)
 
     def build():  # (under the matrix cache's lock: two threads never time the space at once)
         if simulator_enabled():
-            return candidates(A, op, n_cols, dtype, reduce, families=families)[0]
+            return candidates(A, op, n_cols, dtype, reduce, families=families, by_model=False)[0]
         device = _device()
         signature = A.cache.get_or_build("plans", ("signature",), lambda: graph_signature(A._host))
         disk_key = cache_key(device.name, signature, n_cols, dtype, op, reduce,
@@ -475,7 +491,7 @@ def choose(A, op, n_cols, dtype, reduce="sum", *, families=FAMILIES, top_k=None)
             start = time.perf_counter()
             operands = scratch_operands(A, op, n_cols, dtype)
             ranked = candidates(A, op, n_cols, dtype, reduce, operands, families, device)
-            choice, record = tune(ranked, _timer(A, op, operands, reduce), top_k or TUNE_TOP)
+            choice, record = tune(ranked, _timer(A, op, operands, reduce), TUNE_TOP if top_k is None else top_k)
             record["search_s"] = time.perf_counter() - start  # compiles included
             store(disk_key, choice, record)
         return choice
