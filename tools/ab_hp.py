@@ -2,11 +2,12 @@
 
     git show REF:numbasparse/cuda/hp.py > numbasparse/cuda/old_hp.py   # the baseline (not committed)
     python tools/ab_hp.py [--ops spmm,spmm_mean,spmm_max,spmm_min,sddmm] [--n 32,64,128,256] [--baseline MODULE]
-                          [--variants MODULE,...] [--events] GRAPH...
+                          [--variants MODULE,...] [--events] [--dtype float32|float16|bfloat16] GRAPH...
 
 GRAPH is default, rmat:SCALE, sampled:SPEC (32 GraphSAINT-style subgraphs of SPEC, one call
 each, as the benchmark's sampled workload) or the name of a graph in .data/.  Each case checks
-every result against a float64 reference first and prints the microseconds of the baseline and of
+every result against a float64 reference (of the operands as rounded to ``--dtype``; a 16-bit
+result within 2e-2, float32 within 1e-5) first and prints the microseconds of the baseline and of
 each variant (default: numbasparse.cuda.hp, "new") and baseline/variant.  A variant is a module,
 optionally with HP-SpMM rule overrides after a colon, "/"-separated, passed to its ``spmm_hp`` as
 keywords: ``hp:depth=3`` (gather depth), ``hp:layout=32.2.1`` (lanes.vec.cf),
@@ -26,6 +27,8 @@ from numba import cuda
 
 import numbasparse as ns
 from numbasparse import graphs
+from numbasparse.arrays import device_storage
+from numbasparse.dtypes import as_dtype, is_half
 from numbasparse.bench.timing import time_cuda_interleaved, time_kernels
 from numbasparse.reference import relative_error, sddmm_reference, spmm_reference
 
@@ -39,19 +42,34 @@ def load(spec):
     return [graphs.load_npz_dir(".data")[spec]]
 
 
+DTYPE = np.dtype(np.float32)  # the operands' (--dtype)
+
+
 def operands(As, op, n, rng):
     """Fresh random operands and the float64 reference result for each graph of a case, made
     once and shared by the baseline and every variant."""
     out = []
     for A in As:
+        rounded = A.astype(np.float64)
+        rounded.data = A.data.astype(DTYPE).astype(np.float64)
         if op == "sddmm":
-            X = rng.standard_normal((A.shape[0], n)).astype(np.float32)
-            Y = rng.standard_normal((A.shape[1], n)).astype(np.float32)
-            out.append((A, (X, Y), sddmm_reference(A, X, Y)))
+            X = rng.standard_normal((A.shape[0], n)).astype(DTYPE)
+            Y = rng.standard_normal((A.shape[1], n)).astype(DTYPE)
+            out.append((A, (X, Y), sddmm_reference(rounded, X.astype(np.float64), Y.astype(np.float64))))
         else:
-            B = rng.standard_normal((A.shape[1], n)).astype(np.float32)
-            out.append((A, (B,), spmm_reference(A, B, reduction(op))))
+            B = rng.standard_normal((A.shape[1], n)).astype(DTYPE)
+            out.append((A, (B,), spmm_reference(rounded, B.astype(np.float64), reduction(op))))
     return out
+
+
+def _poisoned(shape):
+    """A device result array of DTYPE's storage, NaN everywhere."""
+    return cuda.to_device(device_storage(np.full(shape, np.nan, DTYPE)))
+
+
+def _result(array):
+    host = array.copy_to_host()
+    return (host.view(DTYPE) if is_half(DTYPE) else host).astype(np.float64)
 
 
 def cases(graph_operands, op, module, **options):
@@ -68,19 +86,19 @@ def reduction(op):
 
 def case(A, dense, expected, op, module, **options):
     """(callable running the kernel on the given operands, relative error of its result)."""
-    csr = ns.CSR.from_scipy(A)  # a fresh plan cache per module
+    csr = ns.CSR.from_scipy(A, dtype=DTYPE)  # a fresh plan cache per module
     if op == "sddmm":
-        Xd, Yd = (cuda.to_device(x) for x in dense)
-        out = cuda.to_device(np.full(A.nnz, np.nan, np.float32))
+        Xd, Yd = (cuda.to_device(device_storage(x)) for x in dense)
+        out = _poisoned(A.nnz)
         fn = lambda: module.sddmm_hp(csr, Xd, Yd, out, **options)  # noqa: E731
         fn()
-        return fn, relative_error(out.copy_to_host(), expected)
+        return fn, relative_error(_result(out), expected)
     reduce = reduction(op)
-    Bd = cuda.to_device(dense[0])
-    C = cuda.to_device(np.full((A.shape[0], dense[0].shape[1]), np.nan, np.float32))
+    Bd = cuda.to_device(device_storage(dense[0]))
+    C = _poisoned((A.shape[0], dense[0].shape[1]))
     fn = lambda: module.spmm_hp(csr, Bd, C, reduce, **options)  # noqa: E731
     fn()
-    return fn, relative_error(C.copy_to_host(), expected)
+    return fn, relative_error(_result(C), expected)
 
 
 def variant(spec):
@@ -114,9 +132,13 @@ def main():
     parser.add_argument("--n", default="32,64,128,256")
     parser.add_argument("--baseline", default="numbasparse.cuda.old_hp")
     parser.add_argument("--variants", default="numbasparse.cuda.hp")
+    parser.add_argument("--dtype", default="float32", help="the operands': float32, float16 or bfloat16")
     parser.add_argument("--events", action="store_true",
                         help="also the CUDA-event time of one call on an idle GPU (interleaved, median of 50)")
     args = parser.parse_args()
+    global DTYPE
+    DTYPE = as_dtype(args.dtype)
+    tolerance = 2e-2 if is_half(DTYPE) else 1e-5
     try:
         old_hp = importlib.import_module(args.baseline)
     except ModuleNotFoundError:
@@ -136,7 +158,7 @@ def main():
                     fn, err = cases(graph_operands, op, module, **mine)
                     fns[name] = fn
                     us[name] = min(time_kernels(fn, warmup=3, repeat=20) for _ in range(3)) * 1e3
-                    line += f"  {name} {us[name]:8.1f} us{'' if err < 1e-5 else f' WRONG ({err:.1e})'}"
+                    line += f"  {name} {us[name]:8.1f} us{'' if err < tolerance else f' WRONG ({err:.1e})'}"
                 for name, _, _ in variants:
                     ratios.setdefault((op, name), []).append(us["old"] / us[name])
                     line += f"  old/{name} {us['old'] / us[name]:5.2f}"
