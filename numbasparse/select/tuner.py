@@ -21,8 +21,9 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
 
 After the rules' choice come the families the cost model does not cover (HC-SpMM), then the
 others in the order of the cost model of every family (:mod:`numbasparse.select.cost`; only where
-HP is in the space: ``algorithm="tiled"`` keeps G-Sparse's order); the first TUNE_TOP are timed (CUDA events around back-to-back batches of about 1 ms, median of 5, after a warm-up
-launch that compiles), and the fastest is kept (one other than the rules' choice only if it
+HP is in the space: ``algorithm="tiled"`` keeps G-Sparse's order); the first TUNE_TOP are timed
+(CUDA events around back-to-back batches of about 1 ms, median of 5, after a warm-up launch
+that compiles), and the fastest is kept (one other than the rules' choice only if it
 still wins when the two are timed again, alternating: :func:`tune`): in the matrix's cache, and
 on disk in ``tuned.json`` in numbasparse's cache directory (:mod:`numbasparse.disk`), keyed by
 op, GPU name, graph signature (a hash of indptr and indices), N, dtype and reduction, with every
@@ -284,15 +285,13 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
         if rule in families:
             ranked.append(Candidate.of(rule))
         if "hp" in families:
-            B, C = operands
-            plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, B, C, None, None, None, None, None)
-            rule_hp = (plan.nnz_per_group, plan.depth, plan.single)
-            hp_params = (*rule_hp, plan.layout)
-            npgs = sorted({plan.nnz_per_group, max(4, plan.nnz_per_group // 2), 2 * plan.nnz_per_group})
-            lanes, vec, cf = plan.layout
-            depths = (plan.depth,) if not hp.gathers_fit(vec * cf, 2 if is_half(dtype) else 4) else (
-                plan.depth, 1 if plan.depth > 1 else (2 * hp.GATHER_DEPTH if is_half(dtype) else hp.GATHER_DEPTH))
-            singles = (plan.single,) if is_half(dtype) else (plan.single, not plan.single)
+            hp_params = hp_rule(A, op, n_cols, dtype, reduce, operands)
+            npg, depth, single, (lanes, vec, cf) = hp_params
+            rule_hp = (npg, depth, single)
+            npgs = sorted({npg, max(4, npg // 2), 2 * npg})
+            depths = (depth,) if not hp.gathers_fit(vec * cf, 2 if is_half(dtype) else 4) else (
+                depth, 1 if depth > 1 else (2 * hp.GATHER_DEPTH if is_half(dtype) else hp.GATHER_DEPTH))
+            singles = (single,) if is_half(dtype) else (single, not single)
             around = [(g, d, s) for g in npgs for d in depths for s in singles if (g, d, s) != rule_hp]
             around.sort(key=lambda p: sum(a != b for a, b in zip(p, rule_hp)))  # nearest the rules first
             if rule != "hp":
@@ -309,12 +308,10 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
         if "hc" in families and is_half(dtype) and reduce == "sum" and dispatch.has_sm80():
             ranked += [Candidate.of("hc", mode=mode) for mode in ("hybrid", "tiles")]
     else:
-        X, Y, _ = operands
         if "hp" in families:
             ranked.append(Candidate.of("hp"))
-            vec, group = hp.sddmm_layout(n_cols, itemsize, X, Y)
-            npw = hp.sddmm_nnz_per_warp(A.nnz, group)
-            hp_params = (vec, group, npw)
+            hp_params = hp_rule(A, op, n_cols, dtype, reduce, operands)
+            _, group, npw = hp_params
             groups = [g for g in (group, 2 * group, group // 2) if 1 <= g <= hp.WARP]
             npws = sorted({npw, max(1, npw // 2), 2 * npw})
             ranked += [Candidate.of("hp", group=g, nnz_per_warp=w) for g in groups for w in npws
@@ -338,8 +335,11 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
 
 
 def _stats(A, device):
-    return A.cache.get_or_build("plans", ("cost_stats", device.sms, device.l2_bytes), lambda: cost.Stats.of(
-        A.shape, A.host_indptr, A.index_dtype.itemsize, device.sms, device.l2_bytes))
+    from ..cuda import hp
+
+    return A.cache.get_or_build("plans", ("cost_stats", device.sms, device.l2_bytes), lambda: cost.Stats(
+        A.shape[0], A.shape[1], A.nnz, hp._pattern(A, "nonempty_rows"), A.index_dtype.itemsize, device.sms,
+        device.l2_bytes))
 
 
 def hp_rule(A, op, n_cols, dtype, reduce, operands):
@@ -463,7 +463,7 @@ def tune(ranked, time_candidate, top_k=None):
 #: Candidates timed: the rules' pick and the cost model's first 7 others.  Fitted on all 18
 #: shared graphs but the one ranked, in turn, that keeps 0.988x (SpMM) and 0.996x (SDDMM) of the
 #: full search's best time, geomean over 144 H100 cases, timing 8 of 12-17 candidates
-#: (BENCHMARKS.md "The tuner's cost model").
+#: (BENCHMARKS.md "The tuner's cost model across families").
 TUNE_TOP = 8
 
 
