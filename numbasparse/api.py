@@ -282,18 +282,30 @@ def _scipy_result(values, host):
                           host.indptr.copy()), shape=host.shape)
 
 
-def spmm_dense(A, X, W, *, backend="auto"):
-    """A GCN layer's aggregation and update, ``(A @ X) @ W``, fused into one kernel on CUDA.
+def spmm_dense(A, X, W, *, fused="auto", backend="auto"):
+    """A GCN layer's aggregation and update, ``(A @ X) @ W`` (sum aggregation).
 
     A: scipy.sparse matrix/array or :class:`CSR`, shape (M, K).
     X: (K, F_in) and W: (F_in, F_out), of one value dtype, both NumPy or both CUDA arrays.
+    fused: "auto" (default) or False: :func:`spmm` and a matmul, the matmul first (``A @ (X @
+        W)``) where W has fewer columns than rows, so that the SpMM gathers the narrower rows
+        (:func:`numbasparse.dispatch.matmul_first`); the matmul is the operands' framework's
+        (cuBLAS through torch or CuPy, with torch's TF32 setting; NumPy's on the host) and its
+        16-bit intermediate is rounded once more.  True: one CUDA kernel that aggregates each
+        16-row window of ``A @ X`` into shared memory on HC-SpMM's path for that window and
+        multiplies it by W there (paper 001, section V-A), slower than the unfused path in every
+        case measured (BENCHMARKS.md, "HC-SpMM and the fused GCN layer"); "auto" runs it only for
+        Numba device arrays, for which there is no matmul to call.
+    backend: "auto", "cuda" or "cpu", as in :func:`spmm`.
 
-    On CUDA, one kernel aggregates each 16-row window of ``A @ X`` into shared memory on
-    HC-SpMM's path for that window (dense tiles or CUDA cores, chosen by the selector) and
-    multiplies it by W there (paper 001, section V-A), so ``A @ X`` never goes to global
-    memory.  On the CPU backend it is ``spmm`` then a NumPy matmul.  Returns (M, F_out) of X's
-    dtype and kind.
+    Returns (M, F_out) of X's dtype and kind.  A repeated unfused call on torch tensors of one
+    signature skips its own validation (:func:`numbasparse.replay.composite`), and its
+    :func:`spmm` is replayed.
     """
+    key, unfused = replay.composite(A, ("spmm_dense", fused, type(fused), backend), (X, W))
+    if unfused is not None:
+        return unfused(A, X, W)
+    dispatch.check_fused(fused)
     A = sparse_operand(A)
     x, w = _operands(("X", X), ("W", W))
     m, k = A.shape
@@ -302,18 +314,28 @@ def spmm_dense(A, X, W, *, backend="auto"):
     if w.shape[0] != x.shape[1]:
         raise ValueError(f"X has {x.shape[1]} columns but W has {w.shape[0]} rows (W is {w.shape})")
     with _on_operands_gpu(A, x, w):
-        return _spmm_dense_checked(A, x, w, backend)
+        return _spmm_dense_checked(A, x, w, fused, backend, key)
 
 
-def _spmm_dense_checked(A, x, w, backend):
+def _spmm_dense_checked(A, x, w, fused, backend, key):
     shape = (A.shape[0], w.shape[1])
+    first = dispatch.matmul_first(x.shape[1], w.shape[1])
     algo = dispatch.resolve("spmm", "auto", backend, x.on_device, x.shape[1], dtype=x.dtype)
     if algo.backend == "cpu":
         x32, w32 = _cpu_operands(x.dtype, x.array, w.array)
-        Z = algo.run(_host_csr(A, x.dtype, "X"), x32, "sum")
-        return arrays.host_result(x, _cpu_result(Z @ w32, x.dtype))
+        host = _host_csr(A, x.dtype, "X")
+        Z = algo.run(host, x32 @ w32, "sum") if first else algo.run(host, x32, "sum") @ w32
+        return arrays.host_result(x, _cpu_result(Z, x.dtype))
 
     dev = _device_csr(A, x.dtype, "X")
+    matmul = arrays.device_matmul(x) if x.on_device else _host_matmul(x.dtype)
+    if not dispatch.gcn_fuses(fused, matmul is not None):
+        if x.on_device:
+            unfused = functools.partial(_spmm_dense_unfused, matmul, first)
+            if key is not None and dev is A:  # (a key is a CUDA torch call's: A is a CSR)
+                A.cache.put("replays", key, unfused)
+            return unfused(dev, x.original, w.original)
+        return arrays.host_result(x, _spmm_dense_unfused(matmul, first, dev, x.array, w.array))
     if x.on_device:
         result, out = arrays.empty_like_framework(x, shape, x.dtype)
         hc.spmm_dense(dev, x.array, w.array, out, stream=arrays.stream_of(x))
@@ -321,6 +343,18 @@ def _spmm_dense_checked(A, x, w, backend):
     out = _device_empty(shape, x.dtype)
     hc.spmm_dense(dev, *_to_device(x.array, w.array), out)
     return arrays.host_result(x, _download(out, x.dtype))
+
+
+def _spmm_dense_unfused(matmul, first, A, X, W):
+    return spmm(A, matmul(X, W), backend="cuda") if first else matmul(spmm(A, X, backend="cuda"), W)
+
+
+def _host_matmul(dtype):
+    """NumPy's matmul for host operands of ``dtype`` (16-bit floats multiplied in float32, the
+    product rounded to ``dtype``)."""
+    def matmul(a, b):
+        return _cpu_result(np.matmul(*_cpu_operands(dtype, a, b)), dtype)
+    return matmul
 
 
 def sddmm_spmm(A, X, Y, Z, *, fused="auto", backend="auto"):
@@ -360,10 +394,7 @@ def _scores_times_outputs(A, X, Y, Z):
 
 def _scores_times_call(A, X, Y, Z, names, softmax, fused, backend, record):
     A = sparse_operand(A)
-    if isinstance(fused, str) and fused != "auto":
-        raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
-    if not isinstance(fused, (bool, np.bool_, str)):
-        raise TypeError(f"fused must be True, False or 'auto', got {type(fused).__name__} {fused!r}")
+    dispatch.check_fused(fused)
     x, y, z = _operands(*zip(names, (X, Y, Z)))
     m, n = A.shape
     if x.shape[0] != m or y.shape[0] != n or z.shape[0] != n:

@@ -350,6 +350,35 @@ def _empty_like_framework(op, shape, dtype):
     return result, result
 
 
+def device_matmul(op):
+    """``matmul(a, b)`` on the GPU for CUDA arrays of ``op``'s framework, with cuBLAS: torch's
+    (autocast off, so the product keeps the operands' dtype) or CuPy's (on the arrays' GPU);
+    None for Numba and other CUDA arrays (numbasparse calls no BLAS of its own)."""
+    if op.framework == "torch":
+        return _torch_matmul
+    if op.framework == "cupy":
+        return _cupy_matmul
+    return None
+
+
+def _torch_matmul(a, b):
+    import torch
+
+    if a.requires_grad or b.requires_grad:  # (numbasparse's functions are not autograd operations)
+        a, b = a.detach(), b.detach()
+    if torch.is_autocast_enabled("cuda"):
+        with torch.autocast("cuda", enabled=False):
+            return torch.matmul(a, b)
+    return torch.matmul(a, b)
+
+
+def _cupy_matmul(a, b):
+    import cupy
+
+    with cupy.cuda.Device(a.device.id):
+        return cupy.matmul(a, b)
+
+
 def torch_cpu_numpy(t):
     """A CPU tensor of a value dtype as a NumPy array sharing its memory (a bfloat16 one through its
     bits: torch has no NumPy bfloat16)."""

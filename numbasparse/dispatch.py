@@ -48,6 +48,12 @@ fused     ``sddmm_spmm``/``graph_attention`` in one kernel       9 graphs x K = 
           path splits rows at the cost of three launches;
           float16 always fused (its range cannot hold the
           raw scores the unfused path stores)
+gcn       ``spmm_dense`` as ``spmm`` and a matmul, the matmul    6 dense graphs x N = 32..256
+          first where W narrows the rows (:func:`matmul_first`): (H100): the fused kernel 0.07-0.63x
+          HC-SpMM's fused kernel only where no matmul can run    of cuSPARSE + matmul, HP + matmul
+          (:func:`gcn_fuses`)                                    0.69-0.87x then ("HC-SpMM and the
+                                                                 fused GCN layer"); SpMM's time
+                                                                 grows with the columns it gathers
 ========= ====================================================== =================================
 
 HP-SpMM's own layout, depth, DTP and launch-mode rules live with the kernel
@@ -156,6 +162,34 @@ def fuse_pays(A):
     if np.dtype(A.dtype) == np.float16:
         return True
     return A.cache.get_or_build("plans", ("longest_row",), lambda: longest_row(A.host_indptr)) <= FUSE_MAX_ROW
+
+
+def check_fused(fused):
+    """ValueError/TypeError unless ``fused`` is True, False or "auto"."""
+    if isinstance(fused, str) and fused != "auto":
+        raise ValueError(f"fused must be True, False or 'auto', got {fused!r}")
+    if not isinstance(fused, (bool, np.bool_, str)):
+        raise TypeError(f"fused must be True, False or 'auto', got {type(fused).__name__} {fused!r}")
+
+
+def gcn_fuses(fused, has_matmul):
+    """Whether ``spmm_dense`` runs HC-SpMM's fused kernel: for ``fused=True``, and for "auto"
+    only where no matmul can run on the operands (Numba device arrays: numbasparse calls no
+    BLAS of its own); the fused kernel multiplies by W on CUDA cores, one 16-row window per
+    block, and lost to SpMM + cuBLAS in every measured case."""
+    if fused == "auto":
+        return not has_matmul
+    if not fused and not has_matmul:
+        raise ValueError("fused=False needs a matmul for X and W: pass them as torch tensors, CuPy arrays or "
+                         "NumPy arrays (Numba device arrays have none; fused=True runs the fused kernel)")
+    return bool(fused)
+
+
+def matmul_first(f_in, f_out):
+    """Whether ``(A @ X) @ W`` is computed as ``A @ (X @ W)``: where W has fewer columns than
+    rows, so that the SpMM, whose time grows with the columns of each row it gathers, reads the
+    narrower operand."""
+    return f_out < f_in
 
 
 def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0, like=None):

@@ -111,6 +111,20 @@ class _NotRecorded:
 _NOT_RECORDED = _NotRecorded()
 
 
+def composite(A, options, operands):
+    """(key, kept) for a call made of other public calls and a framework's operations
+    (``spmm_dense``'s unfused path): ``kept`` is what an earlier call with this signature kept
+    under ``key`` with ``A.cache.put("replays", key, ...)`` (the rest of the call, validated),
+    else None; key None for a call without a signature."""
+    key = _signature(A, options, operands, None)
+    if key is None:
+        return None, None
+    try:
+        return key, A.cache.sections["replays"].get(key)
+    except TypeError:  # an unhashable option: the full call says what is wrong with it
+        return None, None
+
+
 def _signature(A, options, operands, out):
     """The call's key in the ``replays`` section (the stream's driver handle its last item), or
     None for a call that is not replayed."""

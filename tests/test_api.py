@@ -226,21 +226,56 @@ def test_auto_leaves_the_slab_kernel_once_b_outgrows_a_quarter_of_l2(monkeypatch
     assert dispatch.auto_name("spmm", "cuda", 128, 4, dense) == "hp"
 
 
+@pytest.mark.parametrize("fused", ["auto", False, True])
+@pytest.mark.parametrize("f_in, f_out", [(12, 5), (5, 12)])  # the matmul first, then after the SpMM
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_spmm_dense_is_spmm_then_matmul(backend, rng):
+def test_spmm_dense_is_spmm_then_matmul(backend, f_in, f_out, fused, rng):
     A = sp.random(40, 30, density=0.2, format="csr", random_state=rng)
-    X = random_dense(rng, (30, 12), np.float32)
-    W = random_dense(rng, (12, 5), np.float32)
+    X = random_dense(rng, (30, f_in), np.float32)
+    W = random_dense(rng, (f_in, f_out), np.float32)
     expected = spmm_reference(A, X) @ W.astype(np.float64)
-    assert_close(ns.spmm_dense(A, X, W, backend=backend), expected, np.float32)
+    X0, W0 = X.copy(), W.copy()
+    assert_close(ns.spmm_dense(A, X, W, fused=fused, backend=backend), expected, np.float32)
+    np.testing.assert_array_equal(X, X0)
+    np.testing.assert_array_equal(W, W0)
 
 
-def test_spmm_dense_on_device_arrays(rng):
+def test_spmm_dense_multiplies_first_only_where_w_narrows_the_rows():
+    assert ns.dispatch.matmul_first(256, 64) and not ns.dispatch.matmul_first(64, 64)
+    assert not ns.dispatch.matmul_first(16, 64)
+
+
+def test_spmm_dense_of_torch_cpu_tensors_gives_a_tensor(rng):
+    torch = pytest.importorskip("torch")
+    A = sp.random(20, 17, density=0.3, format="csr", random_state=rng)
+    X = random_dense(rng, (17, 6), np.float32)
+    W = random_dense(rng, (6, 3), np.float32)
+    out = ns.spmm_dense(A, torch.from_numpy(X), torch.from_numpy(W))
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    assert_close(out.numpy(), spmm_reference(A, X) @ W.astype(np.float64), np.float32)
+
+
+@pytest.mark.parametrize("fused", ["auto", True])
+def test_spmm_dense_on_numba_arrays_runs_the_fused_kernel(fused, rng):
     A = sp.random(20, 17, density=0.3, format="csr", random_state=rng)
     X = random_dense(rng, (17, 6), np.float64)
     W = random_dense(rng, (6, 3), np.float64)
-    out = ns.spmm_dense(ns.CSR.from_scipy(A), cuda.to_device(X), cuda.to_device(W))
+    out = ns.spmm_dense(ns.CSR.from_scipy(A), cuda.to_device(X), cuda.to_device(W), fused=fused)
     assert_close(out.copy_to_host(), spmm_reference(A, X) @ W, np.float64)
+
+
+def test_spmm_dense_unfused_on_numba_arrays_says_what_it_needs(rng):
+    A = sp.random(20, 17, density=0.3, format="csr", random_state=rng)
+    X, W = cuda.to_device(random_dense(rng, (17, 6), np.float32)), cuda.to_device(random_dense(rng, (6, 3), np.float32))
+    with pytest.raises(ValueError, match="fused=False needs a matmul"):
+        ns.spmm_dense(ns.CSR.from_scipy(A, dtype=np.float32), X, W, fused=False)
+
+
+@pytest.mark.parametrize("fused, error", [("yes", ValueError), (1, TypeError), (None, TypeError)])
+def test_spmm_dense_rejects_a_bad_fused(small, fused, error):
+    A, _ = small
+    with pytest.raises(error, match="fused must be True, False or 'auto'"):
+        ns.spmm_dense(A, np.ones((6, 4), np.float32), np.ones((4, 2), np.float32), fused=fused)
 
 
 @pytest.mark.parametrize("X_shape, W_shape, W_dtype, error, match", [

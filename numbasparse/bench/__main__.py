@@ -29,7 +29,7 @@ def parse_args(argv=None):
     p.add_argument("--data", help="also every *.npz scipy CSR graph in this directory")
     p.add_argument("--n", type=lambda t: _list(t, int), default=[32, 64, 128, 256], help="dense widths, e.g. 32,64")
     p.add_argument("--ops", type=_list, default=["spmm", "sddmm"],
-                   help="spmm, sddmm, gcn ((A @ X) @ W with W N x 64: fused spmm_dense vs spmm then matmul), "
+                   help="spmm, sddmm, gcn ((A @ X) @ W with W N x 64: spmm_dense, its fused kernel, spmm then matmul), "
                         "sddmm_spmm, attention (fused vs unfused; yardstick: PyG-style gather/scatter)")
     p.add_argument("--reduce", type=_list, default=["sum"], help="SpMM reductions, e.g. sum,mean,max,min")
     p.add_argument("--algorithms", type=_list, default=None,

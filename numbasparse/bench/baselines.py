@@ -6,6 +6,8 @@ Every implementation is ``make(A, op, reduce) -> run`` where ``A`` is a scipy CS
 """
 import numpy as np
 
+from ..dispatch import matmul_first
+
 
 class Unsupported(Exception):
     """This baseline cannot run this case (missing package, reduction, ...)."""
@@ -52,15 +54,16 @@ def in_float32(make):
 
 
 def torch_csr(index_dtype):
-    """cuSPARSE through ``torch.sparse.mm`` on a CSR tensor (sum only); for the "gcn" op
-    followed by a torch matmul with W."""
+    """cuSPARSE through ``torch.sparse.mm`` on a CSR tensor (sum only); for the "gcn" op with
+    a torch matmul by W, first where W narrows the rows (as ``spmm_dense`` and PyG's GCNConv
+    order them)."""
     def make(A, op, reduce, dtype):
         if op not in ("spmm", "gcn") or reduce != "sum":
             raise Unsupported("torch.sparse.mm on CUDA CSR does sum only")
         torch = _torch()
         S = _torch_csr(A, index_dtype, dtype)
         if op == "gcn":
-            return lambda X, W: torch.sparse.mm(S, X) @ W
+            return lambda X, W: torch.sparse.mm(S, X @ W) if matmul_first(*W.shape) else torch.sparse.mm(S, X) @ W
         return lambda B: torch.sparse.mm(S, B)
     return make
 

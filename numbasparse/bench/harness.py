@@ -73,7 +73,8 @@ def flops(A, op, n):
 
 def numbasparse_impl(algorithm):
     """``ns:ALGO`` (``ns:auto``: the library's own choice, per graph); for the "gcn" op,
-    ``ns:fused`` is ``spmm_dense`` (one fused kernel) and ``ns:ALGO`` is ``spmm`` with that
+    ``ns:auto`` is ``spmm_dense`` as it runs by default (unfused, the matmul first where W
+    narrows the rows), ``ns:fused`` its fused kernel and ``ns:ALGO`` ``spmm`` with that
     algorithm followed by a torch matmul.  ``ALGO@tf32``: SpMM with ``precision="tf32"``."""
     algorithm, _, precision = algorithm.partition("@")
     precision = precision or "ieee"
@@ -89,8 +90,9 @@ def numbasparse_impl(algorithm):
         if op in SCORE_OPS:
             fn = api.sddmm_spmm if op == "sddmm_spmm" else api.graph_attention
             return lambda X, Y, Z: fn(csr, X, Y, Z, fused=algorithm == "fused")
-        if op == "gcn" and algorithm == "fused":
-            return lambda X, W: api.spmm_dense(csr, X, W)
+        if op == "gcn" and algorithm in ("fused", "auto"):
+            fused = algorithm == "fused" or "auto"
+            return lambda X, W: api.spmm_dense(csr, X, W, fused=fused)
         if op == "gcn":
             return lambda X, W: api.spmm(csr, X, algorithm=algorithm) @ W
         if op == "spmm":

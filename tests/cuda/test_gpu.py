@@ -66,6 +66,20 @@ def test_fused_gcn_layer_on_rmat(rmat, k, f, dtype):
     assert_close(out.copy_to_host(), spmm_reference(rmat, X) @ W.astype(np.float64), dtype)
 
 
+@pytest.mark.parametrize("fused", ["auto", True])
+@pytest.mark.parametrize("k, f", [(64, 16), (16, 64), (70, 70)])  # the matmul first, after, equal widths
+def test_gcn_layer_of_torch_tensors_keeps_their_dtype_under_autocast(rmat, fused, k, f):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng()
+    X = rng.standard_normal((rmat.shape[1], k)).astype(np.float32)
+    W = rng.standard_normal((k, f)).astype(np.float32)
+    A = ns.CSR.from_scipy(rmat)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = ns.spmm_dense(A, torch.tensor(X, device="cuda"), torch.tensor(W, device="cuda"), fused=fused)
+    assert out.dtype == torch.float32 and out.is_cuda
+    assert_close(out.cpu().numpy(), spmm_reference(rmat, X) @ W.astype(np.float64), np.float32)
+
+
 @pytest.mark.parametrize("algorithm", ns.dispatch.algorithms("sddmm", "cuda"))
 @pytest.mark.parametrize("k", [1, 32, 70, 256])
 def test_sddmm_on_rmat(rmat, k, algorithm):
@@ -91,6 +105,32 @@ def test_torch_in_torch_out_on_its_stream(rmat):
     Bh = (B * 2).cpu().numpy()
     assert_close(C.cpu().numpy(), spmm_reference(rmat, Bh), np.float32)
     assert_close(S.cpu().numpy(), sddmm_reference(rmat, Bh, Bh), np.float32)
+
+
+@pytest.mark.parametrize("k, f", [(64, 16), (16, 64)])
+def test_repeated_gcn_layer_calls_on_torch_tensors_skip_validation_with_fresh_operands(rmat, k, f):
+    torch = pytest.importorskip("torch")
+    A = ns.CSR.from_scipy(rmat)
+    rng = np.random.default_rng()
+    for _ in range(6):
+        X = rng.standard_normal((rmat.shape[1], k)).astype(np.float32)
+        W = rng.standard_normal((k, f)).astype(np.float32)
+        out = ns.spmm_dense(A, torch.tensor(X, device="cuda"), torch.tensor(W, device="cuda", requires_grad=True))
+        assert not out.requires_grad
+        assert_close(out.cpu().numpy(), spmm_reference(rmat, X) @ W.astype(np.float64), np.float32)
+    kept = [key for key in A.cache.sections["replays"] if key[0][0] == "spmm_dense"]
+    assert len(kept) == 1
+
+
+@pytest.mark.parametrize("k, f", [(64, 16), (16, 64)])
+def test_gcn_layer_of_cupy_arrays_gives_cupy(rmat, k, f):
+    cupy = pytest.importorskip("cupy")
+    X = cupy.random.standard_normal((rmat.shape[1], k), dtype=cupy.float32)
+    W = cupy.random.standard_normal((k, f), dtype=cupy.float32)
+    out = ns.spmm_dense(ns.CSR.from_scipy(rmat), X, W)
+    assert isinstance(out, cupy.ndarray) and out.dtype == cupy.float32
+    expected = spmm_reference(rmat, cupy.asnumpy(X)) @ cupy.asnumpy(W).astype(np.float64)
+    assert_close(cupy.asnumpy(out), expected, np.float32)
 
 
 def test_cupy_in_cupy_out(rmat):
