@@ -48,12 +48,14 @@ fused     ``sddmm_spmm``/``graph_attention`` in one kernel       9 graphs x K = 
           path splits rows at the cost of three launches;
           float16 always fused (its range cannot hold the
           raw scores the unfused path stores)
-gcn       ``spmm_dense`` as ``spmm`` and a matmul, the matmul    6 dense graphs x N = 32..256
-          first where W narrows the rows (:func:`matmul_first`): (H100): the fused kernel 0.07-0.63x
-          HC-SpMM's fused kernel only where no matmul can run    of cuSPARSE + matmul, HP + matmul
-          (:func:`gcn_fuses`)                                    0.69-0.87x then ("HC-SpMM and the
-                                                                 fused GCN layer"); SpMM's time
-                                                                 grows with the columns it gathers
+gcn       ``spmm_dense`` as ``spmm`` and a matmul, the matmul    10 graphs x F_in = 64..256, W
+          first where W narrows the rows (:func:`matmul_first`): F_in x 64 (H100): the fused
+          HC-SpMM's fused kernel only where no matmul can run    kernel 0.015-0.17x of cuSPARSE +
+          (:func:`gcn_fuses`)                                    matmul by kernel time, this path
+                                                                 1.05-1.78x; the SpMM first at
+                                                                 F_in = 256: 0.48-0.84x on the
+                                                                 dense graphs ("The GCN layer
+                                                                 unfused by default")
 ========= ====================================================== =================================
 
 HP-SpMM's own layout, depth, DTP and launch-mode rules live with the kernel
