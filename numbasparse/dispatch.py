@@ -73,7 +73,7 @@ from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
 from .cuda.device import current_gpu, memory_system, one_device
 from .dtypes import HALF_NAMES, storage_dtype
-from .preprocess.rows import longest_row, nonempty_rows
+from .preprocess.rows import nonempty_rows
 from .preprocess.slab_tiles import entries_per_segment
 
 BACKENDS = ("auto", "cuda", "cpu")
@@ -163,7 +163,7 @@ def fuse_pays(A):
     dtype (the fused kernel keeps them in float32)."""
     if np.dtype(A.dtype) == np.float16:
         return True
-    return A.cache.get_or_build("plans", ("longest_row",), lambda: longest_row(A.host_indptr)) <= FUSE_MAX_ROW
+    return hp.pattern_fact(A, "longest_row") <= FUSE_MAX_ROW
 
 
 def check_fused(fused):
@@ -328,6 +328,12 @@ def algorithms(op, backend=None):
     return tuple(name for name, a in TABLES[op].items() if backend in (None, a.backend))
 
 
+def slab_min_segment(nnz, nonempty):
+    """The entries per segment the slab kernel needs on a graph of ``nnz`` entries in
+    ``nonempty`` non-empty rows (lower where HP's rows are short: :func:`hp.short_rows`)."""
+    return SLAB_MIN_SEGMENT_SHORT_ROWS if hp.short_rows(nnz, nonempty) else SLAB_MIN_SEGMENT
+
+
 def slab_pays(A, n_cols, itemsize):
     """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM: N >=
     SLAB_MIN_COLUMNS, B takes at most SLAB_MAX_L2_SHARE of the L2 cache, and the default
@@ -343,11 +349,11 @@ def slab_pays(A, n_cols, itemsize):
             return False
         vec, _ = slab.lane_layout(n_cols, itemsize)
         _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
-        host = A.tocsr() if sp.issparse(A) else None
-        indptr, nnz = (A.host_indptr, A.nnz) if host is None else (host.indptr, host.nnz)
-        needed = SLAB_MIN_SEGMENT_SHORT_ROWS if hp.short_rows(nnz, nonempty_rows(indptr)) else SLAB_MIN_SEGMENT
-        if host is not None:
+        if sp.issparse(A):
+            host = A.tocsr()
+            needed = slab_min_segment(host.nnz, nonempty_rows(host.indptr))
             return entries_per_segment(host.indptr, host.indices, width) >= needed
+        needed = slab_min_segment(A.nnz, hp.pattern_fact(A, "nonempty_rows"))
         return slab.entries_per_segment_on_device(A, width) >= needed
 
     return decide() if sp.issparse(A) else A.cache.get_or_build("plans", ("slab_pays", n_cols, itemsize), decide)

@@ -680,9 +680,10 @@ HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows 
                                            "layout")
 
 
-def _pattern(A, name, *args):
-    """A host-derived fact of A's pattern (:mod:`numbasparse.preprocess.rows`), once per pattern;
-    the array ones uploaded."""
+def pattern_fact(A, name, *args):
+    """A host-derived fact of device CSR A's pattern (the function ``name`` of
+    :mod:`numbasparse.preprocess.rows`), once per pattern, kept in A's cache; the array ones
+    uploaded.  The one place HP's rules, dispatch and the tuner read such facts from."""
     def build():
         if name == "segment_rows":
             return cuda.to_device(row_prep.segment_rows(A.host_indptr, *args, A.index_dtype))
@@ -701,9 +702,9 @@ def spmm_layout(A, n_cols, itemsize, B, *, stored=(), lanes=None):
     forced = lanes is not None
     lanes, vec, cf = lane_layout(n_cols, itemsize, B, *stored, lanes=lanes)
     if (not forced and can_widen(lanes, vec, cf, n_cols, kernel_format(A.dtype))
-            and wide_tiles(A.nnz, _pattern(A, "nonempty_rows"), A.shape[1] * n_cols * itemsize)):
+            and wide_tiles(A.nnz, pattern_fact(A, "nonempty_rows"), A.shape[1] * n_cols * itemsize)):
         cf = 2
-    return lanes, vec, cf, gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, itemsize, lanes)
+    return lanes, vec, cf, gather_depth(A.nnz, pattern_fact(A, "nonempty_rows"), vec * cf, itemsize, lanes)
 
 
 def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False):
@@ -714,7 +715,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     stored = (C,) if is_half_format(out_fmt) else ()  # a 16-bit C is written by vector stores
     if layout:
         lanes, vec, cf = layout
-        depth = depth or gather_depth(A.nnz, _pattern(A, "nonempty_rows"), vec * cf, C.dtype.itemsize, lanes)
+        depth = depth or gather_depth(A.nnz, pattern_fact(A, "nonempty_rows"), vec * cf, C.dtype.itemsize, lanes)
     else:
         lanes, vec, cf, rule_depth = spmm_layout(A, n, C.dtype.itemsize, B, stored=stored, lanes=lanes)
         depth = depth or rule_depth
@@ -729,17 +730,17 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
             raise ValueError(f"HP-SpMM on {A.dtype} runs as a single launch only (single=False given)")
         single = True
     if single is None:
-        single = single_launch(mean_row(A.nnz, _pattern(A, "nonempty_rows")),
-                               _pattern(A, "crossing_span", block_groups * nnz_per_group),
-                               _pattern(A, "empty_rows_per_group", nnz_per_group))
+        single = single_launch(mean_row(A.nnz, pattern_fact(A, "nonempty_rows")),
+                               pattern_fact(A, "crossing_span", block_groups * nnz_per_group),
+                               pattern_fact(A, "empty_rows_per_group", nnz_per_group))
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single),
                             None if out_fmt == fmt else out_fmt, accumulate)
     fill_rows = None
     if not single and merges_in_block(code):
-        fill_rows = _pattern(A, "rows_to_fill", block_groups * nnz_per_group)
+        fill_rows = pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
     # the filled kernel takes (and never reads) the single launch's scratch argument
     unused = None if single else cuda.device_array(1, np.uint64)
-    return HPPlan(kernel, grid, nnz_per_group, _pattern(A, "segment_rows", nnz_per_group), bool(single), fill_rows,
+    return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group), bool(single), fill_rows,
                   unused, depth, (lanes, vec, cf))
 
 
@@ -874,9 +875,9 @@ def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override, group_override=None,
     npw = nnz_per_warp_override or sddmm_nnz_per_warp(A.nnz, group)
     grid = cdiv(cdiv(A.nnz, npw), WARPS_PER_BLOCK)
     if skips_runs is None:
-        skips_runs = _pattern(A, "longest_empty_run") > WALK_PROBE
+        skips_runs = pattern_fact(A, "longest_empty_run") > WALK_PROBE
     kernel = sddmm_hp_kernel(vec, group, kernel_format(A.dtype), bool(skips_runs))
-    return kernel, grid, npw, _pattern(A, "segment_rows", npw)
+    return kernel, grid, npw, pattern_fact(A, "segment_rows", npw)
 
 
 def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_runs=None):

@@ -338,7 +338,7 @@ def _stats(A, device):
     from ..cuda import hp
 
     return A.cache.get_or_build("plans", ("cost_stats", device.sms, device.l2_bytes), lambda: cost.Stats(
-        A.shape[0], A.shape[1], A.nnz, hp._pattern(A, "nonempty_rows"), A.index_dtype.itemsize, device.sms,
+        A.shape[0], A.shape[1], A.nnz, hp.pattern_fact(A, "nonempty_rows"), A.index_dtype.itemsize, device.sms,
         device.l2_bytes))
 
 
