@@ -361,9 +361,10 @@ def sddmm_spmm(A, X, Y, Z, *, fused="auto", backend="auto"):
     """``(A ⊙ (X Y^T)) Z``: SDDMM then SpMM with its result as the sparse matrix (CS267 report).
 
     A: scipy.sparse or :class:`CSR` (M, N); X: (M, K); Y: (N, K); Z: (N, F); of one value dtype,
-    all NumPy or all CUDA arrays.  fused: True for one CUDA kernel (a warp per row; scores never
-    stored), False for HP-SDDMM then HP-SpMM, "auto" (default) for the fused kernel where A's
-    longest row is short enough that one warp per row does not wait on it, and always for float16
+    all NumPy or all CUDA arrays.  fused: True for one CUDA kernel (a warp per run of a row's
+    entries, long rows cut into runs and merged; scores never stored), False for HP-SDDMM then
+    HP-SpMM, "auto" (default) for the fused kernel where its GPU time is predicted below the
+    unfused path's host time and the output takes one pass, and always for float16
     (:func:`numbasparse.dispatch.fuse_pays`).  Returns (M, F) of X's dtype and kind.  Repeated
     fused calls on torch tensors are replayed as :func:`spmm`'s are.
     """

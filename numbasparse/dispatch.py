@@ -39,13 +39,12 @@ spmm      ``hp`` elsewhere                                       balanced by non
                                                                  never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
 sddmm     ``hp`` (CPU: ``cpu_rows``)                             ("HP-SpMM and HP-SDDMM")
-fused     ``sddmm_spmm``/``graph_attention`` in one kernel       9 graphs x K = 32, 64 (H200): fused
-          where A's longest row has <= FUSE_MAX_ROW entries      1.1-3.6x faster back to back at a
-          (:func:`fuse_pays`), else HP-SDDMM, [edge softmax],    longest row of 99-307, 1.2-3.4x
-          HP-SpMM: the fused kernel walks each row in one        slower at 1065-1383 ("Fused
-          warp, so its time is at least the longest row's       SDDMM->SpMM and attention")
-          chain (0.5-0.9 us per entry), while the unfused
-          path splits rows at the cost of three launches;
+fused     ``sddmm_spmm``/``graph_attention`` in one kernel       10 graphs x K = F = 32..128 (H100):
+          (rows cut into runs, merged) up to FUSE_MAX_WORK       back to back fused faster in 43 of
+          entry-columns where one warp covers the output in      44 cases up to 1e8 entry-columns,
+          one pass (:func:`fuse_pays`), else HP-SDDMM, [edge     unfused in 16 of 16 above ("Fused
+          softmax], HP-SpMM (three launches, an nnz-long         SDDMM->SpMM and attention")
+          intermediate: faster kernels, more host time);
           float16 always fused (its range cannot hold the
           raw scores the unfused path stores)
 gcn       ``spmm_dense`` as ``spmm`` and a matmul, the matmul    10 graphs x F_in = 64..256, W
@@ -99,11 +98,16 @@ SLAB_MIN_COLUMNS = 64
 #: is a compromise: tolokers (rows of 88) loses from 0.23, wiki-vote and chameleon win to 0.36.
 SLAB_MAX_L2_SHARE = 0.25
 
-#: ``fused="auto"`` fuses SDDMM->SpMM and attention where A's longest row has at most this many
-#: entries (table above: fused faster up to 307, slower from 1065; the crossover is the unfused
-#: path's time over the fused kernel's time per entry of the longest row, 490-570 measured).
-FUSE_MAX_ROW = 512
 
+
+#: ``fused="auto"`` fuses SDDMM->SpMM and attention up to this many entry-columns (nnz x (K + F)).
+#: By kernel time the unfused path (HP-SDDMM, [edge softmax], HP-SpMM) is faster (the fused
+#: kernel's warp walks each entry as a chain), but its call costs about 200 us of host time on
+#: the H100 host (three launches and intermediates, not replayed), which the fused kernel takes
+#: at about 2 ns per thousand entry-columns: 1e8.  Measured (10 graphs x K = F = 32..128, H100):
+#: back to back, fused faster in 43 of 44 cases at or below it (flickr attention K = 32: 0.91x),
+#: unfused 1.01-2.1x faster in all 16 above it, where by one call fused still leads in 13.
+FUSE_MAX_WORK = 1e8
 
 #: ``Algorithm.dtypes``: every algorithm takes FULL_DTYPES; those marked ALL_DTYPES also 16-bit ones.
 FULL_DTYPES = ("float32", "float64")
@@ -156,14 +160,16 @@ def _sddmm_blocked(A, X, Y, out, *, stream=0):
     tiled.sddmm_tiled(A, X, Y, out, tiled.cs267_sddmm_schedule(X.shape[1]), stream=stream)
 
 
-def fuse_pays(A):
-    """True where ``fused="auto"`` runs the fused kernel on device :class:`~numbasparse.CSR` A: its
-    longest row has at most FUSE_MAX_ROW entries (the answer kept in ``A.cache``), or its values
-    are float16, whose range (65504) cannot hold the raw scores the unfused path stores in A's
-    dtype (the fused kernel keeps them in float32)."""
+def fuse_pays(A, k, n_cols):
+    """True where ``fused="auto"`` runs the fused kernel on device :class:`~numbasparse.CSR` A with
+    X of ``k`` columns and an output of ``n_cols``: where its GPU time is predicted below the
+    unfused path's host time (:data:`FUSE_MAX_WORK`) and one warp covers the output row in one
+    pass (wider, the fused kernel computes every score again per pass); always for float16
+    values, whose range (65504) cannot hold the raw scores the unfused path stores in A's dtype
+    (the fused kernel keeps them in float32)."""
     if np.dtype(A.dtype) == np.float16:
         return True
-    return hp.pattern_fact(A, "longest_row") <= FUSE_MAX_ROW
+    return fused.one_pass(n_cols) and A.nnz * (k + n_cols) <= FUSE_MAX_WORK
 
 
 def check_fused(fused):
@@ -203,7 +209,7 @@ def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0, like=None):
     allocates the intermediates (its allocator, its stream: a CUDA-graph capture sees them), else
     Numba's."""
     if fuse == "auto":
-        fuse = fuse_pays(A)
+        fuse = fuse_pays(A, X.shape[1], Z.shape[1])
     if fuse:
         (fused.attention if softmax else fused.sddmm_spmm)(A, X, Y, Z, out, stream=stream)
         return

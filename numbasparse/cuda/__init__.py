@@ -70,7 +70,11 @@ def kernel_configs():
         for q, xy, z in ((4, 4, 4), (8, 4, 4), (8, 1, 1)):  # the most registers: widest vectors; misaligned
             for softmax in (False, True):
                 configs.append((f"fused_row q={q} xy={xy} z={z} softmax={softmax} {value}/{index}",
-                                fused.fused_row_kernel(q, value, softmax, xy, z), (*csr, *(V[:, ::1],) * 4)))
+                                fused.fused_row_kernel(q, value, softmax, xy, z),
+                                (*csr, *(I[::1],) * 3, numba.int64, *(V[:, ::1],) * 6)))
+        for softmax in (False, True):
+            configs.append((f"merge_runs softmax={softmax} {value}/{index}", fused.merge_runs_kernel(value, softmax),
+                            (I[::1], I[::1], V[:, ::1], V[:, ::1], V[:, ::1])))
         for schedule in (tiled.Schedule(1, 32, 1, 32, False), tiled.Schedule(8, 32, 4, 64, True),
                          tiled.Schedule(32, 8, 2, 32, False)):
             configs.append((f"spmm_tiled {schedule.m_tile}x{schedule.n_tile}x{schedule.reg_tile}x"
@@ -100,7 +104,11 @@ def kernel_configs():
         for q, xy, z in ((2, 8, 2), (4, 4, 4), (8, 8, 8), (8, 1, 1)):  # the widest vectors; misaligned
             for softmax in (False, True):
                 configs.append((f"fused_row q={q} xy={xy} z={z} softmax={softmax} {fmt}",
-                                fused.fused_row_kernel(q, fmt, softmax, xy, z), (*csr, *(H[:, ::1],) * 4)))
+                                fused.fused_row_kernel(q, fmt, softmax, xy, z),
+                                (*csr, *(I[::1],) * 3, numba.int64, *(H[:, ::1],) * 4, *(numba.float32[:, ::1],) * 2)))
+        for softmax in (False, True):
+            configs.append((f"merge_runs softmax={softmax} {fmt}", fused.merge_runs_kernel(fmt, softmax),
+                            (I[::1], I[::1], numba.float32[:, ::1], numba.float32[:, ::1], H[:, ::1])))
         configs.append((f"edge_softmax {fmt}", fused.edge_softmax_kernel(fmt), (I[::1], H[::1], H[::1])))
         configs.append((f"spmm_dense {fmt}", hc.spmm_dense_kernel(fmt, "<i4"), (*csr, *windows, *(H[:, ::1],) * 3)))
     return configs

@@ -76,3 +76,23 @@ def longest_first(indptr, balance=True):
     if not balance:
         return np.arange(indptr.size - 1, dtype=np.int64)
     return np.argsort(-np.diff(indptr), kind="stable").astype(np.int64)
+
+
+def row_runs(indptr, run, index_dtype):
+    """Each row cut into runs of at most ``run`` entries (an empty row: one empty run), for a
+    kernel with one warp per run whose time is its chain of entries.  Returns (run_row,
+    run_start, run_slot, split_rows, slot_ptr) in ``index_dtype``: each run's row and first
+    entry; its slot among the partial results of rows cut into several runs (-1 in a row of
+    one run); those rows, and the CSR-style pointer of their consecutive slots."""
+    indptr = np.asarray(indptr, np.int64)
+    lengths = np.diff(indptr)
+    runs = np.maximum(1, _cdiv(lengths, run))
+    run_row = np.repeat(np.arange(lengths.size), runs)
+    first = np.concatenate(([0], np.cumsum(runs)))[:-1]
+    run_start = indptr[:-1][run_row] + run * (np.arange(run_row.size) - first[run_row])
+    split = runs > 1
+    in_split = split[run_row]
+    run_slot = np.full(run_row.size, -1, np.int64)
+    run_slot[in_split] = np.arange(int(np.count_nonzero(in_split)))
+    slot_ptr = np.concatenate(([0], np.cumsum(runs[split])))
+    return tuple(a.astype(index_dtype) for a in (run_row, run_start, run_slot, np.flatnonzero(split), slot_ptr))

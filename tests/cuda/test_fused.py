@@ -22,10 +22,12 @@ def _graph(shape, rng):
     return A
 
 
-@pytest.mark.parametrize("fuse", [True, False])
+@pytest.mark.parametrize("fuse, run", [(True, fused.RUN), (True, 2), (False, fused.RUN)])
 @pytest.mark.parametrize("shape, k, f, dtype", CASES)
 @pytest.mark.parametrize("op", ["sddmm_spmm", "graph_attention"])
-def test_scores_times_dense_match_reference(op, shape, k, f, dtype, fuse):
+def test_scores_times_dense_match_reference(op, shape, k, f, dtype, fuse, run, monkeypatch):
+    """run 2: the fused kernel cuts rows into runs of 2 entries and merges their partial rows."""
+    monkeypatch.setattr(fused, "RUN", run)
     rng = np.random.default_rng()
     A = _graph(shape, rng)
     X = rng.standard_normal((shape[0], k)).astype(dtype)
@@ -38,10 +40,12 @@ def test_scores_times_dense_match_reference(op, shape, k, f, dtype, fuse):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-@pytest.mark.parametrize("fuse", [True, False])
-def test_attention_gives_minus_inf_scores_no_weight_and_keeps_nan_rows_nan(fuse, dtype):
+@pytest.mark.parametrize("fuse, run", [(True, fused.RUN), (True, 1), (False, fused.RUN)])
+def test_attention_gives_minus_inf_scores_no_weight_and_keeps_nan_rows_nan(fuse, run, dtype, monkeypatch):
     # row 0 starts with a -inf score (the online softmax's running maximum is still -inf there),
-    # row 1 is empty, row 2 scores -inf only and row 3 starts with a NaN: NaN rows on every path
+    # row 1 is empty, row 2 scores -inf only and row 3 starts with a NaN: NaN rows on every path;
+    # run 1: every entry its own run, so that the merge meets runs of -inf and of NaN
+    monkeypatch.setattr(fused, "RUN", run)
     A = sp.csr_matrix((np.array([-np.inf, 1.0, 2.0, -np.inf, -np.inf, np.nan, 1.0]),
                        np.array([0, 1, 2, 0, 1, 0, 2]), np.array([0, 3, 3, 5, 7])), shape=(4, 3))
     rng = np.random.default_rng()
@@ -122,11 +126,9 @@ def test_with_values_shares_the_pattern():
 
 
 @pytest.mark.parametrize("op", ["sddmm_spmm", "graph_attention"])
-def test_auto_fuses_where_the_longest_row_is_short_and_matches_both_paths(op, monkeypatch):
-    """fused="auto" runs the fused kernel unless a row is longer than FUSE_MAX_ROW (the fused
-    kernel's one warp per row would wait on it); both choices give the reference's result."""
-    from numbasparse import dispatch
-
+def test_auto_fuses_where_one_warp_covers_the_output_and_matches_both_paths(op, monkeypatch):
+    """fused="auto" runs the fused kernel unless the output needs several column passes (each
+    would compute the scores again) or the work exceeds FUSE_MAX_WORK; both give the reference."""
     rng = np.random.default_rng(5)
     A = _graph((12, 9), rng)
     X, Y, Z = (rng.standard_normal(s).astype(np.float32) for s in ((12, 8), (9, 8), (9, 6)))
@@ -135,14 +137,21 @@ def test_auto_fuses_where_the_longest_row_is_short_and_matches_both_paths(op, mo
     for name in ("attention", "sddmm_spmm"):
         monkeypatch.setattr(fused, name, _recording(getattr(fused, name), ran, "fused"))
     monkeypatch.setattr(hp, "sddmm_hp", _recording(hp.sddmm_hp, ran, "unfused"))
-    longest = int(np.diff(A.indptr).max())
-    for limit, path in ((longest, "fused"), (longest - 1, "unfused")):
-        monkeypatch.setattr(dispatch, "FUSE_MAX_ROW", limit)
+    work = A.nnz * (8 + 6)  # entry-columns
+    for per_lane, most, path in ((1, work, "fused"), (0, work, "unfused"), (1, work - 1, "unfused")):
+        monkeypatch.setattr(fused, "MAX_PER_LANE", per_lane)  # 32 columns in a pass, or none
+        monkeypatch.setattr(dispatch, "FUSE_MAX_WORK", most)
         dev = ns.CSR.from_scipy(A, dtype=np.float32)
         ran.clear()
         out = getattr(ns, op)(dev, cuda.to_device(X), cuda.to_device(Y), cuda.to_device(Z))
         assert ran == [path]
         assert_close(out.copy_to_host(), reference(A, X, Y, Z), np.float32)
+
+
+def test_run_length_balances_a_runs_chain_against_the_merges():
+    assert fused.run_length(0) == fused.run_length(99) == fused.RUN_MIN
+    assert fused.run_length(1383) == 32 and fused.run_length(5425) == 64
+    assert fused.run_length(10 ** 9) == fused.RUN_MAX
 
 
 def _recording(fn, ran, label):
@@ -155,13 +164,12 @@ def _recording(fn, ran, label):
 def test_auto_always_fuses_float16_whose_range_cannot_hold_the_raw_scores(monkeypatch):
     """Scores of 40 * 40 * 64 = 102400 overflow float16 (65504): the unfused path, which stores
     them in A's dtype, would give NaN; auto takes the fused kernel, which keeps them in float32."""
-    monkeypatch.setattr(dispatch, "FUSE_MAX_ROW", 0)  # every other dtype would go unfused
     A = sp.csr_matrix(np.ones((2, 3), np.float32))
     Q = np.full((2, 64), 40, np.float16)
     K = np.full((3, 64), 40, np.float16)
     V = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float16)
     dev = ns.CSR.from_scipy(A, dtype=np.float16)
-    assert dispatch.fuse_pays(dev)
+    assert dispatch.fuse_pays(dev, 64, 300) and not dispatch.fuse_pays(ns.CSR.from_scipy(A), 64, 300)  # (wide)
     out = ns.graph_attention(dev, *(cuda.to_device(M.view(np.uint16)).view(np.float16) for M in (Q, K, V)))
     expected = V.astype(np.float64).mean(axis=0)  # equal scores: equal weights
     np.testing.assert_allclose(out.copy_to_host().astype(np.float64), np.tile(expected, (2, 1)), rtol=2e-3)

@@ -1,5 +1,6 @@
 """Row bookkeeping of a pattern for kernels that split work by nonzeros (host only)."""
 import numpy as np
+import pytest
 
 from numbasparse.preprocess import rows
 
@@ -36,3 +37,18 @@ def test_longest_empty_run_counts_consecutive_empty_rows():
     assert rows.longest_empty_run(np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])) == 3  # runs of 2, 1 and 3
     assert rows.longest_empty_run(np.array([0, 0, 0])) == 2
     assert rows.longest_empty_run(np.array([0])) == 0
+
+
+@pytest.mark.parametrize("run", [1, 3, 100])
+def test_row_runs_cover_each_row_once_in_runs_of_at_most_run_entries(run):
+    indptr = np.array([0, 3, 3, 10, 11, 11])
+    run_row, run_start, run_slot, split_rows, slot_ptr = rows.row_runs(indptr, run, np.int32)
+    lengths = np.diff(indptr)
+    for i in range(len(lengths)):
+        starts = run_start[run_row == i]
+        assert list(starts) == list(range(indptr[i], max(indptr[i + 1], indptr[i] + 1), run))
+    cut = np.flatnonzero(np.maximum(1, -(-lengths // run)) > 1)
+    assert list(split_rows) == list(cut)
+    for r, i in enumerate(split_rows):  # a cut row's runs hold its slots, in order
+        assert list(run_slot[run_row == i]) == list(range(slot_ptr[r], slot_ptr[r + 1]))
+    assert (run_slot[~np.isin(run_row, cut)] == -1).all()
