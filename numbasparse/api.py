@@ -47,7 +47,7 @@ def _device_csr(A, dtype, operand):
     if isinstance(A, CSR):
         _check_csr_dtype(A, dtype, operand)
         return A
-    return CSR(canonical_csr(A, dtype=dtype, checked=True), dtype=dtype)
+    return CSR._of_canonical(canonical_csr(A, dtype=dtype, checked=True), dtype=dtype)
 
 
 def _to_device(*host_arrays):

@@ -109,7 +109,19 @@ class CSR:
     bounded); :meth:`clear_cache` frees it.
     """
 
-    def __init__(self, host, dtype=None):
+    def __init__(self, A, dtype=None, *, index_dtype=None):
+        """The same as :meth:`from_scipy`: ``A`` checked and made canonical (a copy: later edits
+        of ``A`` do not reach the GPU's copy)."""
+        self._upload(canonical_csr(A, dtype=dtype, index_dtype=index_dtype), dtype)
+
+    @classmethod
+    def _of_canonical(cls, host, dtype=None):
+        """A CSR of ``host``, a scipy CSR the caller made with :func:`canonical_csr` (no copy)."""
+        self = object.__new__(cls)
+        self._upload(host, dtype)
+        return self
+
+    def _upload(self, host, dtype):
         from numba import cuda
 
         from .cuda.device import allocating, require_cuda
@@ -173,7 +185,7 @@ class CSR:
             float32); "bfloat16" as a string needs no ml_dtypes import by the caller.
         index_dtype: int32 or int64 (default: int32 when nnz and both dimensions fit).
         """
-        return cls(canonical_csr(A, dtype=dtype, index_dtype=index_dtype), dtype=dtype)
+        return cls._of_canonical(canonical_csr(A, dtype=dtype, index_dtype=index_dtype), dtype=dtype)
 
     @property
     def shape(self):

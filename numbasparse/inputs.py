@@ -76,7 +76,14 @@ def as_scipy(A, name="A"):
 def _from_torch_sparse(A, name):
     import torch
 
+    if A.layout in (torch.sparse_coo, torch.sparse_csr) and (A.dim() != 2 or A.sparse_dim() != 2):
+        raise ValueError(f"{name} must be a 2-D sparse tensor with scalar values, got shape {tuple(A.shape)} "
+                         f"with {A.sparse_dim()} sparse dimensions")
     if A.layout == torch.sparse_coo:
+        index = A._indices()  # checked before coalesce(), which corrupts memory on an index out of range
+        if index.numel() and (int(index.min()) < 0 or int(index[0].max()) >= A.shape[0]
+                              or int(index[1].max()) >= A.shape[1]):
+            raise ValueError(f"{name} has an index outside its shape {tuple(A.shape)}")
         A = A.coalesce()
         index, values = _host_array(A.indices(), name), _host_array(A.values(), f"{name}'s values")
         if values.ndim != 1:

@@ -52,7 +52,7 @@ class _Ordered:
             index = host.indices.dtype
             host = sp.csr_matrix((host.data[self.entry_order], numbered.indices, numbered.indptr), shape=host.shape)
             host.indices, host.indptr = host.indices.astype(index), host.indptr.astype(index)  # (scipy narrows)
-        self.A = CSR(host, dtype=dtype) if backend == "cuda" else host
+        self.A = CSR._of_canonical(host, dtype=dtype) if backend == "cuda" else host
         self._by_dtype = {}
 
     def matrix(self, dtype):
@@ -199,6 +199,9 @@ class Plan:
                              "node_order='caller' plan permutes operands itself on every call)")
         x = arrays.dense(X, name, 2)
         if self._fixed.perm is None:  # (a plan of the caller's order, square or not)
+            if x.shape[0] not in self.shape:
+                raise ValueError(f"{name} must have one row per row or column of the plan's matrix {self.shape}, "
+                                 f"got shape {x.shape}")
             return X
         if x.shape[0] != self.shape[0]:
             raise ValueError(f"{name} must have one row per node ({self.shape[0]}), got shape {x.shape}")

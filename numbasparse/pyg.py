@@ -20,6 +20,8 @@ message of ``edge_index[0, e]``.  The sparse pattern of an ``edge_index`` is bui
 (the last few distinct ones, compared by value), so a layer called again on the same graph pays
 only for its kernels.
 """
+import numbers
+
 import torch
 import torch_geometric.nn as pyg_nn
 
@@ -93,6 +95,12 @@ def aggregate(edge_index, x, *, size=None, edge_values=None, reduce="sum"):
     if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise TypeError(f"edge_index must be a (2, E) tensor (PyG's SparseTensor and torch sparse adjacency "
                         f"are not taken here), got {type(edge_index).__name__}")
+    if edge_index.is_floating_point() or edge_index.is_complex() or edge_index.dtype == torch.bool:
+        raise TypeError(f"edge_index must hold integer node ids, got {edge_index.dtype}")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch tensor, got {type(x).__name__}")
+    if size is not None and not all(n is None or isinstance(n, numbers.Integral) for n in size):
+        raise TypeError(f"size must hold integers (or None), got {size!r}")
     n_src = x.shape[0] if size is None or size[0] is None else size[0]
     n_dst = n_src if size is None or size[1] is None else size[1]
     found = pattern(edge_index, (n_dst, n_src))

@@ -446,6 +446,9 @@ def sddmm(graph, X, Y, values=None):
     """``values ⊙ <X_i, Y_j>`` per stored entry (a tensor in the pattern's entry order).
     Multi-head: X (M, heads, D) and Y (N, heads, D) give scores of shape (nnz, heads)."""
     X, Y, values = _autocast(X, Y, graph.values if values is None else values)
+    if X.dim() != Y.dim() or (X.dim() == 3 and X.shape[1] != Y.shape[1]):
+        raise ValueError(f"X and Y must both be 2-D, or both 3-D with the same number of heads; got shapes "
+                         f"{tuple(X.shape)} and {tuple(Y.shape)}")
     if X.dim() == 3:
         values = _values(graph, values, X, heads=X.shape[1])
         return _per_head(lambda v, x, y: sddmm(graph, x.contiguous(), y.contiguous(), v.contiguous()), values, X, Y)

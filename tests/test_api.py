@@ -336,3 +336,24 @@ def test_nan_products_win_in_max_and_min_on_every_backend_and_kernel(algorithm, 
     assert np.isnan(expected).sum() == 4
     finite = ~np.isnan(expected)
     assert_close(np.where(finite, C, 0), np.where(finite, expected, 0), np.float32)
+
+
+def test_the_csr_constructor_checks_and_copies_its_matrix():
+    """``CSR(A)`` is ``CSR.from_scipy(A)``: a bad index is refused, duplicates are summed before
+    the reduction, and later edits of A do not reach the GPU's copy."""
+    A = sp.random(6, 5, density=0.5, format="csr", dtype=np.float32, random_state=1)
+    bad = A.copy()
+    bad.indices[0] = 100_000_000
+    with pytest.raises(ValueError, match="A.indices"):
+        ns.CSR(bad)
+    dup = sp.csr_matrix((np.array([1., 2, 3], np.float32), np.array([2, 0, 2]), np.array([0, 3, 3, 3, 3, 3, 3])),
+                        shape=(6, 5))
+    B = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    for backend in BACKENDS:
+        assert_close(ns.spmm(ns.CSR(dup), B, reduce="max", backend=backend), spmm_reference(dup, B, "max"),
+                     np.float32)
+    C = ns.CSR(A.tocoo())
+    expected = spmm_reference(A, B)
+    A.data[:] = 0
+    for backend in BACKENDS:
+        assert_close(ns.spmm(C, B, backend=backend), expected, np.float32)

@@ -197,3 +197,17 @@ def test_gpu_parts_take_values_as_the_host_path_does():
     assert not inputs._torch_coo_parts(index, learned, (2, 2), "A")[2].requires_grad
     with pytest.raises(TypeError, match="real"):
         inputs._torch_coo_parts(index, torch.tensor([1j, 2j]), (2, 2), "A")
+
+
+@pytest.mark.parametrize("index", [[[0, -1], [1, 2]], [[0, 5], [1, 2]]])
+def test_a_torch_coo_tensor_with_an_index_outside_its_shape_is_refused_before_coalescing(index):
+    torch = pytest.importorskip("torch")
+    A = torch.sparse_coo_tensor(torch.tensor(index), torch.ones(2), (3, 3))
+    with pytest.raises(ValueError, match="index outside its shape"):
+        ns.spmm(A, np.ones((3, 2), np.float32), backend="cpu")
+
+
+def test_a_torch_sparse_tensor_that_is_not_2d_is_refused():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="2-D sparse tensor"):
+        ns.spmm(torch.rand(6).to_sparse(), np.ones((6, 2), np.float32), backend="cpu")

@@ -231,3 +231,10 @@ def test_a_plan_in_the_callers_order_takes_operands_of_a_non_square_graph():
     B = np.random.default_rng().standard_normal((8, 3)).astype(np.float32)
     assert plan.to_plan_order(B) is B
     assert_close(plan.spmm(B), spmm_reference(R, B), np.float32)
+
+
+def test_a_plan_in_the_callers_order_checks_the_rows_it_is_given():
+    G = sp.random(12, 12, density=0.3, format="csr", dtype=np.float32, random_state=3)
+    plan = ns.prepare((G + G.T).tocsr(), node_order="plan", backend="cpu")
+    with pytest.raises(ValueError, match="X must have one row per row or column"):
+        plan.to_plan_order(np.ones((5, 4), np.float32))

@@ -97,3 +97,11 @@ def test_layer_under_bfloat16_autocast_stays_near_float32(name, kwargs):
     assert (out.float() - expected).norm() <= 8 * 2.0**-8 * expected.norm()
     out.float().square().sum().backward()
     assert x.grad.dtype == torch.float32 and torch.isfinite(x.grad).all()
+
+
+def test_aggregate_refuses_float_node_ids_and_sizes():
+    ei = torch.tensor([[0., 1, 2, 3], [1, 2, 3, 0]])
+    with pytest.raises(TypeError, match="edge_index must hold integer node ids"):
+        nsg.aggregate(ei, torch.rand(4, 3))
+    with pytest.raises(TypeError, match="size must hold integers"):
+        nsg.aggregate(ei.long(), torch.rand(4, 3), size=(4.0, 4.0))

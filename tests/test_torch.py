@@ -359,3 +359,10 @@ def test_autocast_runs_the_ops_in_its_dtype_with_gradients_in_the_parameters_dty
     assert W.grad.dtype == torch.float32
     with torch.autocast(device, dtype=torch.bfloat16):  # float64 stays float64, as for cuBLAS ops
         assert nst.spmm(nst.Graph(A, device=device, dtype=torch.float64), W.detach().double()).dtype == torch.float64
+
+
+@pytest.mark.parametrize("x_shape, y_shape", [((7, 2, 2), (6, 3, 2)), ((7, 3, 2), (6, 2, 2)), ((7, 2, 2), (6, 2))])
+def test_sddmm_refuses_operands_of_different_heads(x_shape, y_shape):
+    rng, A, graph = _setup("cpu")
+    with pytest.raises(ValueError, match="same number of heads"):
+        nst.sddmm(graph, _tensor(rng, x_shape, "cpu"), _tensor(rng, y_shape, "cpu"))

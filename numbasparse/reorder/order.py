@@ -53,6 +53,8 @@ def rcm_order(A):
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
     A = graph_copy(A, non_negative=False, dtype=None)
+    if A.shape[0] == 0:
+        return np.zeros(0, np.int64)
     pattern = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
     return np.asarray(reverse_cuthill_mckee((pattern + pattern.T).tocsr(), symmetric_mode=True), dtype=np.int64)
 

@@ -152,3 +152,9 @@ def test_locality_orders_are_permutations_and_leave_results_unchanged():
         np.testing.assert_allclose(plan.spmm(B), ns.spmm(A, B, backend="cpu"), rtol=1e-5, atol=1e-6)
     with pytest.raises(TypeError, match="no arguments"):
         ns.prepare(A, reorder="rcm", backend="cpu", seed=1)
+
+
+def test_rcm_of_an_empty_graph_is_an_empty_order():
+    from numbasparse.reorder import rcm_order
+
+    assert rcm_order(sp.csr_matrix((0, 0))).shape == (0,)
