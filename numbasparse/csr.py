@@ -59,6 +59,17 @@ def _native_values(A):
     return _native_values(A.tocsr())
 
 
+def _check_range(values, dtype, name):
+    """ValueError where a finite value of ``values`` has no finite value of ``dtype`` (found when
+    the converted values hold an inf or NaN: those of the input are kept as they are)."""
+    finite = np.abs(values[np.isfinite(values)].astype(np.float64))
+    with np.errstate(over="ignore"):
+        overflows = finite.size and not np.isfinite(np.asarray(finite.max()).astype(dtype))
+    if overflows:
+        raise ValueError(f"{name} has values up to {finite.max():.3g}, beyond the range of {np.dtype(dtype).name}: "
+                         f"scale them, or compute in a wider dtype")
+
+
 def canonical_csr(A, *, dtype=None, index_dtype=None, name="A", checked=False):
     """A new scipy CSR matrix equal to ``A``: sorted indices, duplicates summed.
 
@@ -79,10 +90,13 @@ def canonical_csr(A, *, dtype=None, index_dtype=None, name="A", checked=False):
     if A.dtype.kind not in "biuf":
         raise TypeError(f"{name} must have real numeric values, got {A.dtype}")
     half = is_half(dtype)  # summed in float64, rounded to 16 bits once, held as float32
-    csr = sp.csr_matrix(A, dtype=np.float64 if half else dtype, copy=True)
-    csr.sum_duplicates()  # also sorts the indices
-    if half:
-        csr.data = csr.data.astype(dtype).astype(np.float32)
+    with np.errstate(over="ignore"):  # (a value out of dtype's range: the ValueError below)
+        csr = sp.csr_matrix(A, dtype=np.float64 if half else dtype, copy=True)
+        csr.sum_duplicates()  # also sorts the indices
+        if half:
+            csr.data = csr.data.astype(dtype).astype(np.float32)
+    if not np.isfinite(csr.data).all():
+        _check_range(A.data, dtype, name)
     if index_dtype is None:
         index_dtype = index_dtype_for(csr.shape, csr.nnz)
     index_dtype = np.dtype(index_dtype)

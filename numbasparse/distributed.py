@@ -184,11 +184,9 @@ class DistGraph:
         map from global node to local column."""
         A = _square(A)
         part = _make_partition(A, self.world, method) if partition is None else partition
-        if not isinstance(part, Partition):
-            raise TypeError(f"partition must be a numbasparse.distributed.Partition, got {type(part).__name__}")
-        if part.n_parts != self.world or part.owner.shape != (A.shape[0],):
-            raise ValueError(f"partition is for {part.n_parts} ranks and {part.owner.shape[0]} nodes; the group has "
-                             f"{self.world} ranks and A {A.shape[0]} nodes")
+        _check_partition(part, A.shape[0])
+        if part.n_parts != self.world:
+            raise ValueError(f"partition is for {part.n_parts} ranks; the group has {self.world}")
         h = hashlib.sha256()
         for array in (np.asarray(A.shape), A.indptr.astype(np.int64), A.indices.astype(np.int64), A.data):
             h.update(np.ascontiguousarray(array).tobytes())
@@ -367,6 +365,9 @@ class DistGraph:
 
     def local(self, X):
         """This rank's rows of the whole-graph node features ``X`` (a tensor or an array)."""
+        if X.shape[0] != self.partition.owner.shape[0]:
+            raise ValueError(f"X must have one row per node of the graph ({self.partition.owner.shape[0]}), got shape "
+                             f"{tuple(X.shape)}")
         index = torch.as_tensor(self.nodes, device=X.device) if isinstance(X, torch.Tensor) else self.nodes
         return X[index]
 
@@ -682,10 +683,24 @@ def sddmm(dg, X, Y, values=None):
     return nst.sddmm(dg.graph, X, halo_exchange(dg, Y), values)
 
 
+def _check_partition(part, n_nodes):
+    """TypeError/ValueError unless ``part`` is a :class:`Partition` of ``n_nodes`` nodes, each
+    owned by a rank in ``range(part.n_parts)``."""
+    if not isinstance(part, Partition):
+        raise TypeError(f"partition must be a numbasparse.distributed.Partition, got {type(part).__name__}")
+    owner = np.asarray(part.owner)
+    if owner.shape != (n_nodes,) or owner.dtype.kind not in "iu":
+        raise ValueError(f"partition.owner must hold one integer rank per node ({n_nodes}), got {owner.dtype} "
+                         f"of shape {owner.shape}")
+    if owner.size and (owner.min() < 0 or owner.max() >= part.n_parts):
+        raise ValueError(f"partition.owner must name ranks in 0..{part.n_parts - 1}, got {owner.min()}..{owner.max()}")
+
+
 def halo_volume(A, part, itemsize=4, n_cols=1):
     """Per rank: (owned rows, halo rows, bytes received per exchange of ``n_cols`` columns of
     ``itemsize`` bytes), computed from the whole graph and partition without any process group."""
     A = _square(A)
+    _check_partition(part, A.shape[0])
     out = []
     row_owner = np.repeat(part.owner, np.diff(A.indptr))
     for r in range(part.n_parts):

@@ -42,7 +42,10 @@ class Graph:
     """
 
     def __init__(self, A, *, device="cpu", dtype=torch.float32):
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as error:
+            raise ValueError(f"device must name a torch device ('cpu', 'cuda', 'cuda:1'), got {device!r}") from error
         parts = gpu_csr_parts(A) if device.type == "cuda" else None  # a graph on the GPU stays there
         if parts is None:
             host = canonical_csr(A, dtype=np.float64)
@@ -149,6 +152,16 @@ def _host_values(out, dtype):
     """An SDDMM result as a tensor of the nnz values of ``dtype`` (the CPU backend's is a scipy
     CSR, float32 for 16-bit operands)."""
     return torch.from_numpy(out.data).to(dtype) if sp.issparse(out) else out
+
+
+def _check(graph, **operands):
+    """TypeError unless ``graph`` is a :class:`Graph` and every operand a torch tensor (or None)."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a numbasparse.torch.Graph (Graph(A, device=...)), got "
+                        f"{type(graph).__module__}.{type(graph).__name__}")
+    for name, x in operands.items():
+        if x is not None and not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch tensor, got {type(x).__module__}.{type(x).__name__}")
 
 
 def _autocast(*tensors):
@@ -428,6 +441,7 @@ def spmm(graph, B, values=None, *, reduce="sum"):
 
     Multi-head: B of shape (K, heads, F) with values of shape (nnz, heads) (or (nnz,), shared by
     the heads) gives C of shape (M, heads, F), head h computed with values[:, h] and B[:, h]."""
+    _check(graph, B=B, values=values)
     B, values = _autocast(B, graph.values if values is None else values)
     if B.dim() == 3:
         values = _values(graph, values, B, heads=B.shape[1])
@@ -445,6 +459,7 @@ def spmm(graph, B, values=None, *, reduce="sum"):
 def sddmm(graph, X, Y, values=None):
     """``values ⊙ <X_i, Y_j>`` per stored entry (a tensor in the pattern's entry order).
     Multi-head: X (M, heads, D) and Y (N, heads, D) give scores of shape (nnz, heads)."""
+    _check(graph, X=X, Y=Y, values=values)
     X, Y, values = _autocast(X, Y, graph.values if values is None else values)
     if X.dim() != Y.dim() or (X.dim() == 3 and X.shape[1] != Y.shape[1]):
         raise ValueError(f"X and Y must both be 2-D, or both 3-D with the same number of heads; got shapes "
@@ -458,6 +473,7 @@ def sddmm(graph, X, Y, values=None):
 def sddmm_spmm(graph, X, Y, Z, values=None):
     """``(A ⊙ (X Y^T)) Z`` (forward fused where it pays: ``ns.sddmm_spmm(fused="auto")``);
     differentiable in X, Y, Z, values."""
+    _check(graph, X=X, Y=Y, Z=Z, values=values)
     X, Y, Z, values = _autocast(X, Y, Z, graph.values if values is None else values)
     return _run("scores_times", _values(graph, values, X), X, Y, Z, graph._rows, graph.key, False)
 
@@ -465,6 +481,7 @@ def sddmm_spmm(graph, X, Y, Z, values=None):
 def graph_attention(graph, Q, K, V, values=None):
     """``softmax_row(A ⊙ (Q K^T)) V`` (forward fused where it pays, with an online softmax:
     ``ns.graph_attention(fused="auto")``); differentiable in all."""
+    _check(graph, Q=Q, K=K, V=V, values=values)
     Q, K, V, values = _autocast(Q, K, V, graph.values if values is None else values)
     return _run("scores_times", _values(graph, values, Q), Q, K, V, graph._rows, graph.key, True)
 
@@ -473,6 +490,7 @@ def edge_softmax(graph, scores):
     """Softmax of per-entry ``scores`` over each row's stored entries (GAT's attention weights):
     ``scores`` of shape (nnz,) or (nnz, heads), in the pattern's entry order (as :func:`sddmm`
     returns them); rows without entries have no weights.  Differentiable (torch ops)."""
+    _check(graph, scores=scores)
     if scores.shape[:1] != (graph.nnz,):
         raise ValueError(f"scores must have {graph.nnz} rows (one per stored entry), got shape {tuple(scores.shape)}")
     return _edge_softmax(scores, graph._rows, graph.shape[0])

@@ -357,3 +357,17 @@ def test_the_csr_constructor_checks_and_copies_its_matrix():
     A.data[:] = 0
     for backend in BACKENDS:
         assert_close(ns.spmm(C, B, backend=backend), expected, np.float32)
+
+
+@pytest.mark.parametrize("a_dtype, value, b_dtype", [(np.float64, 1e39, np.float32), (np.float32, 1e5, np.float16)])
+def test_values_of_a_beyond_the_operands_range_are_refused(a_dtype, value, b_dtype):
+    A = sp.random(6, 5, density=0.5, format="csr", dtype=a_dtype, random_state=1)
+    A.data[:] = value
+    with pytest.raises(ValueError, match="beyond the range of"):
+        ns.spmm(A, np.full((5, 3), 1e-3, b_dtype), backend="cpu")
+
+
+def test_infinite_values_of_a_are_kept():
+    A = sp.csr_matrix(np.array([[np.inf, 1.0], [0.0, 2.0]]))
+    C = ns.spmm(A, np.ones((2, 1), np.float32), backend="cpu")
+    assert np.isinf(C[0, 0]) and C[1, 0] == 2

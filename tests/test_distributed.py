@@ -339,3 +339,15 @@ def test_ranks_on_a_gpu_compute_what_one_process_computes(backend, world):
     if backend == "nccl" and torch.cuda.device_count() < world:
         pytest.skip(f"NCCL ranks need a GPU each ({world} ranks, {torch.cuda.device_count()} GPUs)")
     _spawn(world, _check_on_the_gpu, backend=backend)
+
+
+@pytest.mark.parametrize("owner, n_parts, error", [([0, 1, 5, 1, 0], 2, "ranks in 0..1"), ([0, 1, 0], 2, "one integer"),
+                                                     ([0.0, 1, 0, 1, 0], 2, "one integer")])
+def test_halo_volume_checks_the_partition_against_the_graph(owner, n_parts, error):
+    import scipy.sparse as sp
+
+    H = sp.random(5, 5, density=0.5, format="csr", dtype=np.float32, random_state=3)
+    with pytest.raises(ValueError, match=error):
+        nsd.halo_volume((H + H.T).tocsr(), nsd.Partition(np.array(owner), n_parts))
+    with pytest.raises(TypeError, match="Partition"):
+        nsd.halo_volume((H + H.T).tocsr(), np.zeros(5, int))

@@ -366,3 +366,13 @@ def test_sddmm_refuses_operands_of_different_heads(x_shape, y_shape):
     rng, A, graph = _setup("cpu")
     with pytest.raises(ValueError, match="same number of heads"):
         nst.sddmm(graph, _tensor(rng, x_shape, "cpu"), _tensor(rng, y_shape, "cpu"))
+
+
+def test_operations_name_an_operand_that_is_not_a_tensor_and_a_graph_that_is_not_a_graph():
+    rng, A, graph = _setup("cpu")
+    with pytest.raises(TypeError, match="B must be a torch tensor"):
+        nst.spmm(graph, np.ones((6, 2)))
+    with pytest.raises(TypeError, match="graph must be a numbasparse.torch.Graph"):
+        nst.spmm(A, torch.ones(6, 2))
+    with pytest.raises(ValueError, match="device must name a torch device"):
+        nst.Graph(A, device="gpu")
