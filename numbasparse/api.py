@@ -68,8 +68,11 @@ def _device_empty(shape, dtype):
 
 def _download(C_dev, dtype, out=None):
     """A device result of ``dtype`` values as a host array (into ``out`` when given)."""
-    if out is not None:
+    if out is not None and out.dtype.isnative:
         C_dev.copy_to_host(arrays.device_storage(out))
+        return out
+    if out is not None:  # (a byte-swapped out: the driver copies native values only)
+        out[...] = arrays.host_values(C_dev.copy_to_host(), dtype)
         return out
     return arrays.host_values(C_dev.copy_to_host(), dtype)
 

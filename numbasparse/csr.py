@@ -99,7 +99,10 @@ def canonical_csr(A, *, dtype=None, index_dtype=None, name="A", checked=False):
         _check_range(A.data, dtype, name)
     if index_dtype is None:
         index_dtype = index_dtype_for(csr.shape, csr.nnz)
-    index_dtype = np.dtype(index_dtype)
+    try:
+        index_dtype = np.dtype(index_dtype)
+    except TypeError:
+        raise TypeError(f"index_dtype must be int32 or int64, got {index_dtype!r}") from None
     if index_dtype not in INDEX_DTYPES:
         raise TypeError(f"index_dtype must be int32 or int64, got {index_dtype}")
     if index_dtype == np.int32 and index_dtype_for(csr.shape, csr.nnz) != np.int32:

@@ -327,10 +327,9 @@ TABLES = {"spmm": SPMM, "sddmm": SDDMM}
 
 def algorithms(op, backend=None):
     """Names that ``algorithm=`` accepts for ``op`` ("spmm" or "sddmm"), optionally of one backend."""
-    if op not in TABLES:
-        raise ValueError(f"op must be one of {sorted(TABLES)}, got {op!r}")
-    if backend is not None and backend not in BACKENDS[1:]:
-        raise ValueError(f"backend must be one of {BACKENDS[1:]}, got {backend!r}")
+    check_option("op", op, tuple(TABLES))
+    if backend is not None:
+        check_option("backend", backend, BACKENDS[1:])
     return tuple(name for name, a in TABLES[op].items() if backend in (None, a.backend))
 
 

@@ -33,6 +33,8 @@ def from_edge_index(edge_index, edge_weight=None, num_nodes=None, *, name="edge_
     n_edges = index.shape[1]
     if n_edges and index.min() < 0:
         raise ValueError(f"{name} has a negative node index: {int(index.min())}")
+    if n_edges and int(index.max()) >= np.iinfo(np.int64).max:
+        raise ValueError(f"{name} has a node index beyond int64: {int(index.max())}")
     largest = int(index.max()) + 1 if n_edges else 0
     if num_nodes is None:
         num_nodes = largest
@@ -46,6 +48,8 @@ def from_edge_index(edge_index, edge_weight=None, num_nodes=None, *, name="edge_
         weight = _host_array(edge_weight, "edge_weight")
         if weight.shape != (n_edges,):
             raise ValueError(f"edge_weight must have shape ({n_edges},) (one weight per edge), got {weight.shape}")
+        if weight.dtype.kind not in "biuf":
+            raise TypeError(f"edge_weight must hold real numbers, got {weight.dtype}")
     return sp.coo_matrix((weight, (index[0], index[1])), shape=(int(num_nodes), int(num_nodes))).tocsr()
 
 

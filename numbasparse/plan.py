@@ -121,6 +121,8 @@ class Plan:
                              f"got n_cols={n_cols!r} with reorder={reorder!r}, node_order={node_order!r}")
         if decide_now and (isinstance(n_cols, bool) or not isinstance(n_cols, (int, np.integer)) or n_cols < 1):
             raise ValueError(f"n_cols must be a positive integer, got {n_cols!r}")
+        dispatch.check_option("algorithm", algorithm,
+                              ("auto",) + tuple(dict.fromkeys(dispatch.algorithms("spmm") + dispatch.algorithms("sddmm"))))
         host = canonical_csr(A, dtype=dtype, index_dtype=index_dtype)
         if reorder is not None and host.shape[0] != host.shape[1]:
             raise ValueError(f"reorder needs a square graph, A is {host.shape[0]}x{host.shape[1]}")

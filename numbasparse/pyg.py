@@ -67,6 +67,9 @@ class Pattern:
         edge), duplicates summed: the sum over a node's edges of ``value * x_j``."""
         if edge_values is None:
             return self.graph.values.to(like.dtype)  # edge counts per entry
+        if edge_values.shape[0] != self.entry_of_edge.shape[0]:
+            raise ValueError(f"edge_values must have one row per edge ({self.entry_of_edge.shape[0]}), got shape "
+                             f"{tuple(edge_values.shape)}")
         shape = (self.graph.nnz,) + tuple(edge_values.shape[1:])
         return torch.zeros(shape, dtype=edge_values.dtype, device=edge_values.device).index_add(
             0, self.entry_of_edge, edge_values)

@@ -371,3 +371,17 @@ def test_infinite_values_of_a_are_kept():
     A = sp.csr_matrix(np.array([[np.inf, 1.0], [0.0, 2.0]]))
     C = ns.spmm(A, np.ones((2, 1), np.float32), backend="cpu")
     assert np.isinf(C[0, 0]) and C[1, 0] == 2
+
+
+def test_algorithms_names_a_bad_op():
+    with pytest.raises(TypeError, match="op must be a string"):
+        ns.algorithms(["spmm"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_byte_swapped_out_receives_the_result(backend, rng):
+    A = sp.random(7, 5, density=0.5, format="csr", dtype=np.float32, random_state=rng)
+    B = random_dense(rng, (5, 3), np.float32)
+    out = np.full((7, 3), np.nan, ">f4")
+    assert ns.spmm(A, B, out=out, backend=backend) is out
+    assert_close(out.astype(np.float32), spmm_reference(A, B), np.float32)

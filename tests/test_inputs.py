@@ -211,3 +211,17 @@ def test_a_torch_sparse_tensor_that_is_not_2d_is_refused():
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match="2-D sparse tensor"):
         ns.spmm(torch.rand(6).to_sparse(), np.ones((6, 2), np.float32), backend="cpu")
+
+
+def test_from_edge_index_refuses_weights_that_are_not_numbers_and_ids_beyond_int64():
+    ei = np.array([[0, 1], [1, 0]])
+    with pytest.raises(TypeError, match="edge_weight must hold real numbers"):
+        ns.from_edge_index(ei, edge_weight=np.array(["a", "b"]))
+    with pytest.raises(ValueError, match="beyond int64"):
+        ns.from_edge_index(np.array([[0], [2**63 + 1]], dtype=np.uint64))
+
+
+def test_a_sparse_torch_tensor_as_a_dense_operand_is_refused():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="B is a torch tensor of layout"):
+        ns.spmm(sp.eye(3, format="csr"), torch.ones(3, 2).to_sparse(), backend="cpu")

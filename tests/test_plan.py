@@ -238,3 +238,10 @@ def test_a_plan_in_the_callers_order_checks_the_rows_it_is_given():
     plan = ns.prepare((G + G.T).tocsr(), node_order="plan", backend="cpu")
     with pytest.raises(ValueError, match="X must have one row per row or column"):
         plan.to_plan_order(np.ones((5, 4), np.float32))
+
+
+@pytest.mark.parametrize("option, value, error, match", [("algorithm", "nope", ValueError, "algorithm must be one of"),
+                                                         ("index_dtype", "junk", TypeError, "index_dtype must be")])
+def test_prepare_checks_its_options_before_any_call(option, value, error, match):
+    with pytest.raises(error, match=match):
+        ns.prepare(sp.eye(4, format="csr"), backend="cpu", **{option: value})

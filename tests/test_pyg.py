@@ -105,3 +105,9 @@ def test_aggregate_refuses_float_node_ids_and_sizes():
         nsg.aggregate(ei, torch.rand(4, 3))
     with pytest.raises(TypeError, match="size must hold integers"):
         nsg.aggregate(ei.long(), torch.rand(4, 3), size=(4.0, 4.0))
+
+
+def test_aggregate_refuses_edge_values_of_another_length():
+    ei = torch.tensor([[0, 1, 2, 3, 3], [1, 2, 3, 0, 0]])
+    with pytest.raises(ValueError, match="edge_values must have one row per edge"):
+        nsg.aggregate(ei, torch.rand(4, 3), edge_values=torch.ones(3))
