@@ -207,7 +207,15 @@ def from_dlpack(x, name):
     array (CUDA), sharing its memory; TypeError naming ``name`` for other devices."""
     device_type = int(x.__dlpack_device__()[0])
     if device_type == DLPACK_CPU:
-        return np.from_dlpack(x)
+        try:
+            return np.from_dlpack(x)
+        except (RuntimeError, BufferError, TypeError):  # a dtype NumPy does not know (bfloat16)
+            try:
+                import torch
+            except ImportError:
+                raise TypeError(f"{name} is a host DLPack array of a dtype NumPy cannot read (bfloat16?); "
+                                f"reading it needs torch") from None
+            return torch.from_dlpack(x)
     if device_type == DLPACK_CUDA:
         try:
             import torch

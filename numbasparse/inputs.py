@@ -19,6 +19,7 @@ converted on the host (:func:`as_scipy`).
 """
 import numpy as np
 from ._compat import scipy_sparse as sp
+from .validation import check_csr_arrays
 
 
 def from_edge_index(edge_index, edge_weight=None, num_nodes=None, *, name="edge_index"):
@@ -62,6 +63,8 @@ def as_scipy(A, name="A"):
         index = _host_array(A.as_tensor(), name)
         largest = int(index.max()) + 1 if index.size else 0
         rows, cols = (largest if n is None else int(n) for n in A.sparse_size())
+        if index.size and (index.min() < 0 or index[0].max() >= rows or index[1].max() >= cols):
+            raise ValueError(f"{name} (an EdgeIndex) has a node index outside its sparse size {(rows, cols)}")
         return sp.coo_matrix((np.ones(index.shape[1], np.float32), (index[0], index[1])), shape=(rows, cols)).tocsr()
     if module == "torch_sparse" and hasattr(A, "csr"):  # torch_sparse.SparseTensor
         indptr, indices, values = A.csr()
@@ -95,8 +98,9 @@ def _from_torch_sparse(A, name):
                              f"{values.shape}")
         return sp.coo_matrix((values, (index[0], index[1])), shape=tuple(A.shape)).tocsr()
     if A.layout == torch.sparse_csr:
-        return sp.csr_matrix((_host_array(A.values(), f"{name}'s values"), _host_array(A.col_indices(), name),
-                              _host_array(A.crow_indices(), name)), shape=tuple(A.shape))
+        indptr, indices = _host_array(A.crow_indices(), name), _host_array(A.col_indices(), name)
+        check_csr_arrays(indptr, indices, tuple(A.shape), name)
+        return sp.csr_matrix((_host_array(A.values(), f"{name}'s values"), indices, indptr), shape=tuple(A.shape))
     raise TypeError(f"{name} is a torch tensor of layout {A.layout}; numbasparse takes sparse_coo or sparse_csr "
                     f"tensors as sparse operands")
 

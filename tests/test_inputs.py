@@ -225,3 +225,33 @@ def test_a_sparse_torch_tensor_as_a_dense_operand_is_refused():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match="B is a torch tensor of layout"):
         ns.spmm(sp.eye(3, format="csr"), torch.ones(3, 2).to_sparse(), backend="cpu")
+
+
+def test_a_torch_csr_tensor_with_a_bad_index_pointer_is_refused_by_name():
+    torch = pytest.importorskip("torch")
+    A = torch.sparse_csr_tensor(torch.tensor([0, 1, 5]), torch.tensor([0, 1]), torch.ones(2), (2, 2),
+                                check_invariants=False)
+    with pytest.raises(ValueError, match="A"):
+        ns.spmm(A, np.ones((2, 2), np.float32), backend="cpu")
+
+
+def test_a_host_bfloat16_array_through_dlpack_is_read():
+    torch = pytest.importorskip("torch")
+
+    class DLPackOnly:
+        def __init__(self, x):
+            self.x = x
+
+        def __dlpack__(self, **kwargs):
+            return self.x.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.x.__dlpack_device__()
+
+    B = torch.rand(3, 2).bfloat16()
+    A = sp.random(4, 3, density=0.5, format="csr", dtype=np.float32, random_state=0)
+    C = ns.spmm(A, DLPackOnly(B), backend="cpu")
+    from numbasparse.reference import relative_error
+
+    assert isinstance(C, torch.Tensor) and C.dtype == torch.bfloat16
+    assert relative_error(C.float().numpy(), spmm_reference(A, B.float().numpy())) <= 2.0 ** -8
