@@ -299,7 +299,7 @@ def spmm_dense(A, X, W, *, fused="auto", backend="auto"):
         16-row window of ``A @ X`` into shared memory on HC-SpMM's path for that window and
         multiplies it by W there (paper 001, section V-A), slower than the unfused path in every
         case measured (BENCHMARKS.md, "HC-SpMM and the fused GCN layer"); "auto" runs it only for
-        Numba device arrays, for which there is no matmul to call.
+        Numba and other CUDA-array-interface arrays, for which there is no matmul to call.
     backend: "auto", "cuda" or "cpu", as in :func:`spmm`.
 
     Returns (M, F_out) of X's dtype and kind.  A repeated unfused call on torch tensors of one
@@ -365,8 +365,8 @@ def sddmm_spmm(A, X, Y, Z, *, fused="auto", backend="auto"):
     """``(A ⊙ (X Y^T)) Z``: SDDMM then SpMM with its result as the sparse matrix (CS267 report).
 
     A: scipy.sparse or :class:`CSR` (M, N); X: (M, K); Y: (N, K); Z: (N, F); of one value dtype,
-    all NumPy or all CUDA arrays.  fused: True for one CUDA kernel (a warp per run of a row's
-    entries, long rows cut into runs and merged; scores never stored), False for HP-SDDMM then
+    all NumPy or all CUDA arrays.  fused: True for the fused CUDA kernel (a warp per run of a
+    row's entries; a second kernel merges the runs of long rows; scores never stored), False for HP-SDDMM then
     HP-SpMM, "auto" (default) for the fused kernel where its GPU time is predicted below the
     unfused path's host time and the output takes one pass, and always for float16
     (:func:`numbasparse.dispatch.fuse_pays`).  Returns (M, F) of X's dtype and kind.  Repeated

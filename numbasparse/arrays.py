@@ -98,7 +98,7 @@ def _c_layout(shape, itemsize):
 
 
 _TORCH_DTYPES = {}  # torch dtype -> NumPy dtype, filled when torch is first seen
-_TORCH_TENSOR = []  # [torch.Tensor], from then on
+_TORCH_TENSOR = []  # [torch.Tensor, torch.strided], from then on
 
 
 def _torch_dtypes():
@@ -113,7 +113,7 @@ def _torch_dtypes():
             _TORCH_DTYPES[torch.bfloat16] = bfloat16()
         except TypeError:  # no ml_dtypes: bfloat16 tensors are refused by name
             pass
-        _TORCH_TENSOR.append(torch.Tensor)
+        _TORCH_TENSOR.extend((torch.Tensor, torch.strided))
     return _TORCH_DTYPES
 
 
@@ -132,7 +132,7 @@ def torch_signature(x):
         if torch is None or type(x) is not getattr(torch, "Tensor", None):  # (None: torch still importing)
             return None
         _torch_dtypes()
-    if type(x) is not _TORCH_TENSOR[0] or not x.is_cuda or not x.is_contiguous():
+    if type(x) is not _TORCH_TENSOR[0] or not x.is_cuda or x.layout is not _TORCH_TENSOR[1] or not x.is_contiguous():
         return None
     return x.shape, x.dtype, x.get_device(), x.data_ptr() % MAX_ALIGNMENT
 

@@ -182,8 +182,8 @@ def check_fused(fused):
 
 def gcn_fuses(fused, has_matmul):
     """Whether ``spmm_dense`` runs HC-SpMM's fused kernel: for ``fused=True``, and for "auto"
-    only where no matmul can run on the operands (Numba device arrays: numbasparse calls no
-    BLAS of its own); the fused kernel multiplies by W on CUDA cores, one 16-row window per
+    only where no matmul can run on the operands (Numba and other CUDA-array-interface arrays:
+    numbasparse calls no BLAS of its own); the fused kernel multiplies by W on CUDA cores, one 16-row window per
     block, and lost to SpMM + cuBLAS in every measured case."""
     if fused == "auto":
         return not has_matmul

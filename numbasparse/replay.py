@@ -192,6 +192,10 @@ class Replay:
         for pointer, alignment in zip(pointers, self.alignments):
             if pointer % launch.MAX_ALIGNMENT != alignment:
                 return False
+        with launch.ISSUE_LOCK:  # (a step may share scratch with the next: another thread's waits)
+            return self._issue(pointers, handle)
+
+    def _issue(self, pointers, handle):
         for step, roles in self.steps:
             if isinstance(step, int):  # a memset of that many bytes
                 if launch.memset_zero(pointers[roles[0]], step, handle):

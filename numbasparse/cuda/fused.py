@@ -267,9 +267,10 @@ def runs(A, run):
 
 
 def _partials(A, n_slots, n, dtype, stream):
-    """(partial, stats) of the runs of cut rows for ``n`` output columns, in the compute type:
-    one pair per stream (calls on one stream run one after another); 1-row placeholders for a
-    matrix with no row cut."""
+    """(key, partial, stats) of the runs of cut rows for ``n`` output columns, in the compute
+    type: one pair per stream and size (calls on one stream run one after another; a call issues
+    its two launches under ``launch.ISSUE_LOCK``, so that another thread's call on the stream
+    cannot come between them); 1-row placeholders for a matrix with no row cut."""
     handle = launch.stream_handle(stream)
     compute = compute_dtype(dtype)
     rows = max(n_slots, 1)
@@ -277,7 +278,8 @@ def _partials(A, n_slots, n, dtype, stream):
     def build():
         with allocating("the fused kernel's partial rows", rows * (n + 2) * compute.itemsize):
             return cuda.device_array((rows, n), compute), cuda.device_array((rows, 2), compute)
-    return handle, A.cache.get_or_build("scratch", ("fused_partials", n, compute.str, handle), build)
+    key = ("fused_partials", rows, n, compute.str, handle)
+    return (key, *A.cache.get_or_build("scratch", key, build))
 
 
 def _fused_row(A, X, Y, Z, out, softmax, stream):
@@ -288,16 +290,18 @@ def _fused_row(A, X, Y, Z, out, softmax, stream):
     q = per_lane(n)
     widths = row_widths(X, Y, Z, n)  # (from the operands' alignment: part of the key)
     (run_row, run_start, run_slot, split_rows, slot_ptr), n_slots = runs(A, run)
-    handle, (partial, stats) = _partials(A, n_slots, n, A.dtype, stream)
+    scratch, partial, stats = _partials(A, n_slots, n, A.dtype, stream)
     grid, block = row_warp_grid(run_row.shape[0], n, WARP * q)
     kernel = fused_row_kernel(q, kernel_format(A.dtype), softmax, *widths)
-    key = ("fused", softmax, q, widths, run, X.shape, Y.shape, Z.shape, X.dtype.str, handle)
+    # (the scratch's identity in the keys: both bound launches hold the same partial rows)
+    key = ("fused", softmax, q, widths, run, X.shape, Y.shape, Z.shape, X.dtype.str, scratch, id(partial))
     args = (A.indptr, A.indices, A.data, run_row, run_start, run_slot, run, X, Y, Z, out, partial, stats)
-    launch.run_bound(A.cache, key, kernel, grid, block, stream, args, (7, 8, 9, 10))
-    if n_slots:
-        grid, block = row_warp_grid(split_rows.shape[0], 1, 1)
-        launch.run_bound(A.cache, key + ("merge",), merge_runs_kernel(kernel_format(A.dtype), softmax), grid, block,
-                         stream, (split_rows, slot_ptr, partial, stats, out), (4,))
+    with launch.ISSUE_LOCK:
+        launch.run_bound(A.cache, key, kernel, grid, block, stream, args, (7, 8, 9, 10))
+        if n_slots:
+            grid, block = row_warp_grid(split_rows.shape[0], 1, 1)
+            launch.run_bound(A.cache, key + ("merge",), merge_runs_kernel(kernel_format(A.dtype), softmax), grid,
+                             block, stream, (split_rows, slot_ptr, partial, stats, out), (4,))
 
 
 def edge_softmax(A, values, out, *, stream=0):

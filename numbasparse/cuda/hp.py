@@ -683,7 +683,7 @@ HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows 
 def pattern_fact(A, name, *args):
     """A host-derived fact of device CSR A's pattern (the function ``name`` of
     :mod:`numbasparse.preprocess.rows`), once per pattern, kept in A's cache; the array ones
-    uploaded.  The one place HP's rules, dispatch and the tuner read such facts from."""
+    uploaded; HP's rules, dispatch, the tuner and the fused kernels' run length read them here."""
     def build():
         if name == "segment_rows":
             return cuda.to_device(row_prep.segment_rows(A.host_indptr, *args, A.index_dtype))

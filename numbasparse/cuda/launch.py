@@ -37,6 +37,10 @@ FAST_LAUNCH_FAILURES = 3
 CUDA_ERROR_INVALID_CONTEXT = 201
 #: The widest vector access is 4 float64: 32 bytes.
 MAX_ALIGNMENT = 32
+#: Held while one call issues launches that share scratch between them (the fused SDDMM->SpMM
+#: kernel and its merge; a replayed call's steps), so that another thread's call on the same
+#: stream cannot come between them.
+ISSUE_LOCK = threading.RLock()
 
 
 def kernel_factory(factory):

@@ -296,3 +296,34 @@ def test_an_operand_one_element_off_alignment_is_read_with_width_one(name, softm
     got, dev, reference = _run_fused(A, dtype, softmax, X, Y, Z, (6, n))
     assert relative_error(got, _rounded_reference(reference, dev, *hosts)) <= bound
     assert not np.any(got[1:3])
+
+
+def test_cut_rows_stay_right_when_the_run_length_changes_on_one_matrix(monkeypatch):
+    """The partial rows are kept per size: a longer run after a shorter one (fewer slots) and a
+    shorter after a longer (more) both read and write scratch of their own size."""
+    rng = np.random.default_rng(3)
+    A = _graph((8, 8), rng)
+    X, Y, Z = (rng.standard_normal(s).astype(np.float32) for s in ((8, 4), (8, 4), (8, 5)))
+    dev = ns.CSR.from_scipy(A, dtype=np.float32)
+    for run in (4, 1, 2):
+        monkeypatch.setattr(fused, "RUN", run)
+        out = ns.graph_attention(dev, cuda.to_device(X), cuda.to_device(Y), cuda.to_device(Z), fused=True)
+        assert_close(out.copy_to_host(), attention_reference(A, X, Y, Z), np.float32)
+
+
+def test_the_fused_kernel_and_its_merge_are_issued_under_one_lock(monkeypatch):
+    """Another thread's call on the stream cannot come between the launch that writes a cut row's
+    partial rows and the merge that reads them."""
+    monkeypatch.setattr(fused, "RUN", 1)
+    owned = []
+    run_bound = launch.run_bound
+
+    def recorded(*args, **kwargs):
+        owned.append(launch.ISSUE_LOCK._is_owned())
+        return run_bound(*args, **kwargs)
+    monkeypatch.setattr(launch, "run_bound", recorded)
+    rng = np.random.default_rng(4)
+    A = _graph((6, 6), rng)
+    X = rng.standard_normal((6, 3)).astype(np.float32)
+    ns.sddmm_spmm(ns.CSR.from_scipy(A, dtype=np.float32), *(cuda.to_device(X) for _ in range(3)), fused=True)
+    assert len(owned) == 2 and all(owned)
