@@ -162,6 +162,8 @@ def _check(graph, **operands):
     for name, x in operands.items():
         if x is not None and not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch tensor, got {type(x).__module__}.{type(x).__name__}")
+        if x is not None and x.dtype not in _AUTOCAST_FROM + (torch.float64,):
+            raise TypeError(f"{name} must have dtype float32, float64, float16 or bfloat16, got {x.dtype}")
 
 
 def _autocast(*tensors):
@@ -416,8 +418,6 @@ def _edge_softmax(s, rows, n_rows):
 def _values(graph, values, like, heads=None):
     """The entry values for an operation on ``like``: (nnz,), or (nnz, heads) for a multi-head one."""
     values = graph.values if values is None else values
-    if not like.is_floating_point() or like.dtype not in _AUTOCAST_FROM + (torch.float64,):
-        raise TypeError(f"the dense operands must have dtype float32, float64, float16 or bfloat16, got {like.dtype}")
     if heads is not None and values.dim() == 1:
         values = values[:, None].expand(graph.nnz, heads)
     expected = (graph.nnz,) if heads is None else (graph.nnz, heads)

@@ -376,3 +376,9 @@ def test_operations_name_an_operand_that_is_not_a_tensor_and_a_graph_that_is_not
         nst.spmm(A, torch.ones(6, 2))
     with pytest.raises(ValueError, match="device must name a torch device"):
         nst.Graph(A, device="gpu")
+
+
+def test_an_operand_of_an_integer_dtype_is_named():
+    rng, A, graph = _setup("cpu")
+    with pytest.raises(TypeError, match="B must have dtype float32"):
+        nst.spmm(graph, torch.ones(6, 3, dtype=torch.int64))
