@@ -60,14 +60,17 @@ def _native_values(A):
 
 
 def _check_range(values, dtype, name):
-    """ValueError where a finite value of ``values`` has no finite value of ``dtype`` (found when
-    the converted values hold an inf or NaN: those of the input are kept as they are)."""
+    """ValueError where a finite value of ``values``, or a sum of duplicates, has no finite value of
+    ``dtype`` (asked when the converted values hold an inf or NaN: the input's own are kept)."""
     finite = np.abs(values[np.isfinite(values)].astype(np.float64))
     with np.errstate(over="ignore"):
         overflows = finite.size and not np.isfinite(np.asarray(finite.max()).astype(dtype))
     if overflows:
         raise ValueError(f"{name} has values up to {finite.max():.3g}, beyond the range of {np.dtype(dtype).name}: "
                          f"scale them, or compute in a wider dtype")
+    if finite.size == values.size:  # every value fits: duplicate entries summed past the range
+        raise ValueError(f"{name}'s duplicate entries sum beyond the range of {np.dtype(dtype).name}: scale them, "
+                         f"or compute in a wider dtype")
 
 
 def canonical_csr(A, *, dtype=None, index_dtype=None, name="A", checked=False):

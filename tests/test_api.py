@@ -385,3 +385,9 @@ def test_a_byte_swapped_out_receives_the_result(backend, rng):
     out = np.full((7, 3), np.nan, ">f4")
     assert ns.spmm(A, B, out=out, backend=backend) is out
     assert_close(out.astype(np.float32), spmm_reference(A, B), np.float32)
+
+
+def test_duplicates_summed_beyond_the_operands_range_are_refused():
+    A = sp.coo_matrix((np.array([3e38, 3e38], np.float32), (np.array([0, 0]), np.array([1, 1]))), shape=(2, 2))
+    with pytest.raises(ValueError, match="duplicate entries sum beyond the range of float32"):
+        ns.spmm(A, np.ones((2, 1), np.float32), backend="cpu")
