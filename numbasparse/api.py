@@ -222,8 +222,7 @@ def _spmm_checked(A, b, reduce, algorithm, backend, out, precision, record):
         with record(b.array, C):
             run(dev, b.array, C, reduce, stream=arrays.stream_of(b))
         return result
-    c_dtype = b.dtype if C is None else C.dtype if C.dtype.isnative else C.dtype.newbyteorder("=")
-    (B_dev,), C_dev = _to_device(b.array), _device_empty(shape, c_dtype)
+    (B_dev,), C_dev = _to_device(b.array), _device_empty(shape, b.dtype if C is None else C.dtype.newbyteorder("="))
     run(dev, B_dev, C_dev, reduce)
     C = _download(C_dev, b.dtype, C)
     return arrays.host_result(b, C) if result is None else result

@@ -177,17 +177,12 @@ def _framework(x):
     return None
 
 
-def _strided():
-    import torch
-
-    return torch.strided
-
-
 def _check_torch(x, name):
     """TypeError naming ``name`` for a tensor the kernels cannot read: not on the CPU or a CUDA
     device (e.g. ``meta``: no data, and asking it for any would initialise CUDA), or of a dtype
     other than the value dtypes (float32, float64, float16, bfloat16)."""
-    if x.layout != _strided():
+    _torch_dtypes()  # (fills _TORCH_TENSOR)
+    if x.layout is not _TORCH_TENSOR[1]:
         raise TypeError(f"{name} is a torch tensor of layout {x.layout}; dense operands must be strided tensors "
                         f"(sparse ones: .to_dense())")
     if not x.is_cuda and x.device.type != "cpu":

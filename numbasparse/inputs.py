@@ -63,8 +63,7 @@ def as_scipy(A, name="A"):
         index = _host_array(A.as_tensor(), name)
         largest = int(index.max()) + 1 if index.size else 0
         rows, cols = (largest if n is None else int(n) for n in A.sparse_size())
-        if index.size and (index.min() < 0 or index[0].max() >= rows or index[1].max() >= cols):
-            raise ValueError(f"{name} (an EdgeIndex) has a node index outside its sparse size {(rows, cols)}")
+        _check_index(index, (rows, cols), name)
         return sp.coo_matrix((np.ones(index.shape[1], np.float32), (index[0], index[1])), shape=(rows, cols)).tocsr()
     if module == "torch_sparse" and hasattr(A, "csr"):  # torch_sparse.SparseTensor
         indptr, indices, values = A.csr()
@@ -87,10 +86,7 @@ def _from_torch_sparse(A, name):
         raise ValueError(f"{name} must be a 2-D sparse tensor with scalar values, got shape {tuple(A.shape)} "
                          f"with {A.sparse_dim()} sparse dimensions")
     if A.layout == torch.sparse_coo:
-        index = A._indices()  # checked before coalesce(), which corrupts memory on an index out of range
-        if index.numel() and (int(index.min()) < 0 or int(index[0].max()) >= A.shape[0]
-                              or int(index[1].max()) >= A.shape[1]):
-            raise ValueError(f"{name} has an index outside its shape {tuple(A.shape)}")
+        _check_index(A._indices(), tuple(A.shape), name)  # before coalesce(), which corrupts memory on one out of range
         A = A.coalesce()
         index, values = _host_array(A.indices(), name), _host_array(A.values(), f"{name}'s values")
         if values.ndim != 1:
@@ -176,6 +172,13 @@ def _on_gpu(A):
     return bool(flag() if callable(flag) else flag)
 
 
+def _check_index(index, shape, name):
+    """ValueError naming ``name`` unless every (row, column) of the (2, E) ``index`` (a NumPy
+    array or a tensor) lies in ``shape``."""
+    if index.shape[1] and (int(index.min()) < 0 or int(index[0].max()) >= shape[0] or int(index[1].max()) >= shape[1]):
+        raise ValueError(f"{name} has an index outside its shape {tuple(shape)}")
+
+
 def _torch_coo_parts(index, values, shape, name):
     """Canonical CSR parts of COO ``index`` (2, E) and ``values`` (E,), checked, on their device."""
     import torch
@@ -183,8 +186,7 @@ def _torch_coo_parts(index, values, shape, name):
     values = _values(values, index.shape[1], name)
     if len(shape) != 2 or min(shape) < 0:
         raise ValueError(f"{name} must be 2-D, got shape {shape}")
-    if index.numel() and (int(index.min()) < 0 or int(index[0].max()) >= shape[0] or int(index[1].max()) >= shape[1]):
-        raise ValueError(f"{name} has an index outside its shape {shape}")
+    _check_index(index, shape, name)
     coo = torch.sparse_coo_tensor(index, values, shape, check_invariants=False).coalesce()  # (checked above)
     rows, cols = coo.indices()
     indptr = torch.zeros(shape[0] + 1, dtype=torch.int64, device=rows.device)

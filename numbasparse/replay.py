@@ -38,12 +38,8 @@ def call(A, options, operands, out, new_outputs, full_call, args):
     ``with record(*arrays):``, ``arrays`` being the device views of ``operands`` and of the
     outputs in the order of ``new_outputs(A, *operands)`` (the tensors a replay allocates).
     (Functions and an argument tuple rather than closures: this is the replayed call's path.)"""
-    key = _signature(A, options, operands, out)
+    key, entry = _lookup(A, options, operands, out)
     if key is None:
-        return full_call(*args, _NOT_RECORDED)
-    try:
-        entry = A.cache.sections["replays"].get(key)  # (a hit is not moved to the end: FIFO)
-    except TypeError:  # an unhashable option: the full call says what is wrong with it
         return full_call(*args, _NOT_RECORDED)
     if type(entry) is Replay:
         try:
@@ -116,12 +112,19 @@ def composite(A, options, operands):
     (``spmm_dense``'s unfused path): ``kept`` is what an earlier call with this signature kept
     under ``key`` with ``A.cache.put("replays", key, ...)`` (the rest of the call, validated),
     else None; key None for a call without a signature."""
-    key = _signature(A, options, operands, None)
+    return _lookup(A, options, operands, None)
+
+
+def _lookup(A, options, operands, out):
+    """(key, entry) of the call's signature in the ``replays`` section (entry None where nothing
+    is kept yet), or (None, None) for a call without a signature or with an unhashable option
+    (the full call says what is wrong with it)."""
+    key = _signature(A, options, operands, out)
     if key is None:
         return None, None
     try:
-        return key, A.cache.sections["replays"].get(key)
-    except TypeError:  # an unhashable option: the full call says what is wrong with it
+        return key, A.cache.sections["replays"].get(key)  # (a hit is not moved to the end: FIFO)
+    except TypeError:
         return None, None
 
 

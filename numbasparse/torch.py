@@ -146,6 +146,7 @@ _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _RECENT_VALUES = 4  # matrices kept per (pattern, dtype): a training step's forward values and its backward's
 _RECENT_BYTES = 64 << 20  # larger values keep one matrix (their calls are kernel-bound: replays save little)
 _AUTOCAST_FROM = (torch.float32, torch.float16, torch.bfloat16)  # what autocast casts (float64 stays)
+_VALUE_DTYPES = _AUTOCAST_FROM + (torch.float64,)
 
 
 def _host_values(out, dtype):
@@ -162,7 +163,7 @@ def _check(graph, **operands):
     for name, x in operands.items():
         if x is not None and not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch tensor, got {type(x).__module__}.{type(x).__name__}")
-        if x is not None and x.dtype not in _AUTOCAST_FROM + (torch.float64,):
+        if x is not None and x.dtype not in _VALUE_DTYPES:
             raise TypeError(f"{name} must have dtype float32, float64, float16 or bfloat16, got {x.dtype}")
 
 

@@ -236,18 +236,9 @@ def test_a_torch_csr_tensor_with_a_bad_index_pointer_is_refused_by_name():
 
 
 def test_a_host_bfloat16_array_through_dlpack_is_read():
+    from fakes import DLPackOnly
+
     torch = pytest.importorskip("torch")
-
-    class DLPackOnly:
-        def __init__(self, x):
-            self.x = x
-
-        def __dlpack__(self, **kwargs):
-            return self.x.__dlpack__(**kwargs)
-
-        def __dlpack_device__(self):
-            return self.x.__dlpack_device__()
-
     B = torch.rand(3, 2).bfloat16()
     A = sp.random(4, 3, density=0.5, format="csr", dtype=np.float32, random_state=0)
     C = ns.spmm(A, DLPackOnly(B), backend="cpu")
