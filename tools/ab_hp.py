@@ -12,7 +12,7 @@ each variant (default: numbasparse.cuda.hp, "new") and baseline/variant.  A vari
 optionally with HP-SpMM rule overrides after a colon, "/"-separated, passed to its ``spmm_hp`` as
 keywords: ``hp:depth=3`` (gather depth), ``hp:layout=32.2.1`` (lanes.vec.cf),
 ``hp:depth=2/layout=16.4.1``, ``hp:single=1`` (the single launch; 0: memset or fill + kernel),
-``hp:group=8`` (HP-SDDMM's lanes per nonzero; the SpMM options apply to SpMM only, this one to SDDMM)
+``hp:npg=256`` (HP-SpMM's nonzeros per lane group), ``hp:group=8`` (HP-SDDMM's lanes per nonzero; the SpMM options apply to SpMM only, this one to SDDMM)
 ("hp" is numbasparse.cuda.hp): no copy of hp.py is needed to time a depth, a lane layout or
 either launch mode.  The baseline runs with no overrides.  A baseline copied from a REF must
 import against the current package (its relative imports, e.g. ``from . import device, launch``,
@@ -117,10 +117,12 @@ def variant(spec):
             overrides["single"] = bool(int(value))
         elif key == "group":
             overrides["group"] = int(value)
+        elif key == "npg":
+            overrides["nnz_per_group"] = int(value)
         elif key == "prefill":
             sys.exit(f"variant option {option!r}: prefill=P is now single={1 - int(value)} (single=1: one launch)")
         else:
-            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF, single=0/1 or group=G)")
+            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF, single=0/1, npg=NNZ_PER_GROUP or group=G)")
     label = "new" if spec in ("hp", "numbasparse.cuda.hp") else spec.replace("numbasparse.cuda.", "")
     return label, module, overrides
 

@@ -43,6 +43,16 @@ MAX_REGISTERS = 64
 #: Candidate nonzeros per warp of HP-SDDMM's DTP (paper 000 section III-B2), largest first; 16
 #: and 8 keep small graphs from being latency-bound.
 NNZ_PER_WARP = (512, 256, 128, 64, 32, 16, 8)
+#: HP-SpMM's DTP on graphs in locality order (:func:`window_nnz_per_group`): the B rows the lane
+#: groups in flight gather (one column tile of each row of their entries) kept within this
+#: share of L2, halving the DTP's nonzeros per group at most WINDOW_HALVINGS times (each halving
+#: adds GROUP_COST / p of fixed work); "in locality order": half the entries within WINDOW_ORDER
+#: of the window's rows of the diagonal (and beyond one group's rows).  Measured (H100, BENCHMARKS.md "HP-SpMM's window on
+#: ordered graphs"): an 800k-node community-ordered graph, rows of 25, N = 256: windows of 44 /
+#: 22 / 11 MB ran 1.00 / 1.20 / 1.37x (N = 128, 22 / 11 MB: 1.00 / 1.14x), the same graph in
+#: random order 0.99-1.00x; cnr-2000 (crawl order) N = 256, 33 -> 16 MB: 1.04x, and at N = 128
+#: 16 -> 8 MB lost 0.87x to the fixed cost.
+WINDOW_L2_SHARE, WINDOW_ORDER, WINDOW_HALVINGS = 1 / 3, 1 / 16, 2
 #: HP-SDDMM's DTP scale factor alpha: ask for at least this many full waves of blocks.
 WAVES = 2
 #: Candidate nonzeros per lane group of HP-SpMM's DTP (:func:`spmm_nnz_per_group`): 4 for graphs
@@ -180,6 +190,39 @@ def spmm_nnz_per_group(nnz, n_tiles, groups_per_warp=1):
     slots = full_wave() * WARPS_PER_BLOCK * groups_per_warp
     best = math.sqrt(GROUP_COST * nnz * n_tiles / slots)
     return min(NNZ_PER_GROUP, key=lambda p: abs(math.log2(p) - math.log2(max(best, 1.0))))
+
+
+def window_rows(nnz_per_group, groups_per_warp, mean_row_nnz):
+    """Rows whose entries HP-SpMM's lane groups work on at once: every group slot of a full
+    wave, ``nnz_per_group`` entries each, rows of ``mean_row_nnz`` entries."""
+    return full_wave() * WARPS_PER_BLOCK * groups_per_warp * nnz_per_group / max(mean_row_nnz, 1.0)
+
+
+def window_nnz_per_group(A, nnz_per_group, groups_per_warp, tile_bytes):
+    """The DTP's ``nnz_per_group`` for device CSR A, halved (at most WINDOW_HALVINGS times)
+    while the B rows of the window (:func:`window_rows`, ``tile_bytes`` of each: one column
+    tile) take more than WINDOW_L2_SHARE of the L2 cache, on graphs in locality order whose
+    reuse crosses groups: the median distance of an entry from the diagonal above one group's
+    rows and at most WINDOW_ORDER of the window's.  There the groups in flight gather the same
+    B rows, which L2 keeps only while the window fits in it.  Where entries lie within a group's
+    own rows (a road network) the group itself re-reads them at once; where they are spread
+    beyond the window (random ids) no window size brings the reuse back."""
+    mean = mean_row(A.nnz, pattern_fact(A, "nonempty_rows"))
+    budget = WINDOW_L2_SHARE * device.memory_system()[0]
+
+    def footprint(p):
+        return min(window_rows(p, groups_per_warp, mean), A.shape[1]) * tile_bytes
+
+    if footprint(nnz_per_group) <= budget:
+        return nnz_per_group
+    distance = pattern_fact(A, "median_column_distance")
+    if not nnz_per_group / mean < distance <= WINDOW_ORDER * window_rows(nnz_per_group, groups_per_warp, mean):
+        return nnz_per_group
+    smallest = max(nnz_per_group >> WINDOW_HALVINGS, min(NNZ_PER_GROUP))
+    p = nnz_per_group
+    while p > smallest and footprint(p) > budget:
+        p //= 2
+    return p
 
 
 def sddmm_nnz_per_warp(nnz, group):
@@ -690,6 +733,12 @@ def pattern_fact(A, name, *args):
         if name == "rows_to_fill":
             rows = row_prep.rows_to_fill(A.host_indptr, *args, A.index_dtype)
             return cuda.to_device(rows) if rows.size else None
+        if name == "median_column_distance":  # (the only fact that reads indices: a sample of them)
+            runs = row_prep.sampled_entries(A.nnz)
+            positions = [np.arange(start, start + length) for start, length in runs]
+            columns = [A.indices[start:start + length].copy_to_host() for start, length in runs]
+            return row_prep.median_column_distance(A.host_indptr, np.concatenate(positions or [[]]),
+                                                   np.concatenate(columns or [[]]))
         return getattr(row_prep, name)(A.host_indptr, *args)
     return A.cache.get_or_build("plans", (name, *args), build)
 
@@ -722,7 +771,8 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     n_tiles = cdiv(n, lanes * vec * cf)
     groups_per_warp = WARP // lanes
     if nnz_per_group is None:
-        nnz_per_group = spmm_nnz_per_group(A.nnz, n_tiles, groups_per_warp=groups_per_warp)
+        nnz_per_group = window_nnz_per_group(A, spmm_nnz_per_group(A.nnz, n_tiles, groups_per_warp=groups_per_warp),
+                                             groups_per_warp, lanes * vec * cf * B.dtype.itemsize)
     block_groups = WARPS_PER_BLOCK * groups_per_warp
     grid = (cdiv(cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
     if is_half_format(out_fmt):  # a 16-bit C is written whole by the kernel, never combined atomically

@@ -63,6 +63,24 @@ def longest_empty_run(indptr):
     return int((edges[1::2] - edges[::2]).max())
 
 
+def sampled_entries(nnz, runs=64, run=1024):
+    """(start, length) of up to ``runs`` evenly spaced runs of ``run`` consecutive entries of
+    ``nnz``: a sample of a pattern that costs a few small copies of a device ``indices``."""
+    if nnz <= runs * run:
+        return [(0, nnz)] if nnz else []
+    return [(int(start), run) for start in np.linspace(0, nnz - run, runs).astype(np.int64)]
+
+
+def median_column_distance(indptr, positions, columns):
+    """Median of ``|i - j|`` over the entries at ``positions`` (CSR order; their ``columns``):
+    how far a graph's entries lie from the diagonal, small where its node ids follow locality
+    (community, crawl or spatial order), about a third of the nodes where they are random."""
+    if len(positions) == 0:
+        return 0.0
+    rows = np.searchsorted(np.asarray(indptr, np.int64), np.asarray(positions, np.int64), side="right") - 1
+    return float(np.median(np.abs(np.asarray(columns, np.int64) - rows)))
+
+
 def longest_row(indptr):
     """Entries in the longest row (0 for a matrix with no rows)."""
     indptr = np.asarray(indptr, np.int64)

@@ -423,3 +423,24 @@ def test_nan_wins_in_rows_split_across_groups_and_blocks(reduce, single):
     expected = spmm_reference(A, B, reduce)
     assert np.array_equal(np.isnan(C), np.isnan(expected)) and np.isnan(expected).sum() == 3
     assert_close(np.nan_to_num(C), np.nan_to_num(expected), np.float32)
+
+
+def test_spmm_dtp_shrinks_the_window_of_an_ordered_graph_to_fit_l2(monkeypatch):
+    """A band (entries a few groups' rows from the diagonal) past a small L2 gets smaller
+    groups, at most WINDOW_HALVINGS halvings; its shuffled copy (no order to keep) and a
+    tridiagonal one (reuse inside a group's own rows) keep the DTP's count."""
+    monkeypatch.setattr(device, "device_limits", lambda: (132, 2048, 65536))
+    monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
+    n, half_band = 200_000, 40
+    band = sp.diags([1.0] * (2 * half_band + 1), list(range(-half_band, half_band + 1)), shape=(n, n), format="csr")
+    shuffled = sp.csr_matrix(band[np.random.default_rng(0).permutation(n)])
+    tridiagonal = sp.diags([1.0, 1.0, 1.0], [-1, 0, 1], shape=(n, n), format="csr")
+    tile_bytes = 128 * 4
+    for A, capped in ((band, True), (shuffled, False), (tridiagonal, False)):
+        dev = CSR.from_scipy(A.astype(np.float32))
+        p = 512
+        got = hp.window_nnz_per_group(dev, p, 1, tile_bytes)
+        assert got == (p >> hp.WINDOW_HALVINGS if capped else p)
+    dev = CSR.from_scipy(band.astype(np.float32))
+    monkeypatch.setattr(device, "memory_system", lambda: (1 << 40, 3.35e12))  # the window fits: unchanged
+    assert hp.window_nnz_per_group(dev, 512, 1, tile_bytes) == 512

@@ -1,6 +1,7 @@
 """Row bookkeeping of a pattern for kernels that split work by nonzeros (host only)."""
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from numbasparse.preprocess import rows
 
@@ -52,3 +53,23 @@ def test_row_runs_cover_each_row_once_in_runs_of_at_most_run_entries(run):
     for r, i in enumerate(split_rows):  # a cut row's runs hold its slots, in order
         assert list(run_slot[run_row == i]) == list(range(slot_ptr[r], slot_ptr[r + 1]))
     assert (run_slot[~np.isin(run_row, cut)] == -1).all()
+
+
+def test_sampled_entries_cover_small_patterns_whole_and_spread_runs_over_large_ones():
+    assert rows.sampled_entries(0) == []
+    assert rows.sampled_entries(500, runs=4, run=200) == [(0, 500)]
+    runs = rows.sampled_entries(10_000, runs=4, run=100)
+    assert [length for _, length in runs] == [100] * 4
+    assert runs[0][0] == 0 and runs[-1][0] == 10_000 - 100
+
+
+def test_median_column_distance_is_small_on_a_band_and_large_on_random_columns():
+    n = 1000
+    rng = np.random.default_rng(0)
+    band = sp.diags([1.0, 1.0, 1.0], [-1, 0, 1], shape=(n, n), format="csr")
+    random = sp.random(n, n, density=0.01, format="csr", random_state=1)
+    for A, low, high in ((band, 0, 1), (random, n / 5, n / 2)):
+        positions = np.sort(rng.choice(A.nnz, 200, replace=False))
+        distance = rows.median_column_distance(A.indptr, positions, A.indices[positions])
+        assert low <= distance <= high
+    assert rows.median_column_distance(band.indptr, [], []) == 0.0
