@@ -206,14 +206,15 @@ def window_nnz_per_group(A, nnz_per_group, groups_per_warp, tile_bytes):
     rows and at most WINDOW_ORDER of the window's.  There the groups in flight gather the same
     B rows, which L2 keeps only while the window fits in it.  Where entries lie within a group's
     own rows (a road network) the group itself re-reads them at once; where they are spread
-    beyond the window (random ids) no window size brings the reuse back."""
+    beyond the window (random ids) no window size brings the reuse back.  Square A only: the
+    distance compares row and column ids, one node numbering in a graph."""
     mean = mean_row(A.nnz, pattern_fact(A, "nonempty_rows"))
     budget = WINDOW_L2_SHARE * device.memory_system()[0]
 
     def footprint(p):
         return min(window_rows(p, groups_per_warp, mean), A.shape[1]) * tile_bytes
 
-    if footprint(nnz_per_group) <= budget:
+    if footprint(nnz_per_group) <= budget or A.shape[0] != A.shape[1]:  # (rows and columns: one node order)
         return nnz_per_group
     distance = pattern_fact(A, "median_column_distance")
     if not nnz_per_group / mean < distance <= WINDOW_ORDER * window_rows(nnz_per_group, groups_per_warp, mean):

@@ -441,6 +441,8 @@ def test_spmm_dtp_shrinks_the_window_of_an_ordered_graph_to_fit_l2(monkeypatch):
         p = 512
         got = hp.window_nnz_per_group(dev, p, 1, tile_bytes)
         assert got == (p >> hp.WINDOW_HALVINGS if capped else p)
+    wide = sp.csr_matrix(sp.hstack([band, band]))  # rows and columns of different things: no node order
+    assert hp.window_nnz_per_group(CSR.from_scipy(wide.astype(np.float32)), 512, 1, tile_bytes) == 512
     dev = CSR.from_scipy(band.astype(np.float32))
     monkeypatch.setattr(device, "memory_system", lambda: (1 << 40, 3.35e12))  # the window fits: unchanged
     assert hp.window_nnz_per_group(dev, 512, 1, tile_bytes) == 512
