@@ -369,7 +369,8 @@ def sddmm_spmm(A, X, Y, Z, *, fused="auto", backend="auto"):
     HP-SpMM, "auto" (default) for the fused kernel where its GPU time is predicted below the
     unfused path's host time and the output takes one pass, and always for float16
     (:func:`numbasparse.dispatch.fuse_pays`).  Returns (M, F) of X's dtype and kind.  Repeated
-    fused calls on torch tensors are replayed as :func:`spmm`'s are.
+    calls on torch tensors are replayed as :func:`spmm`'s are (the unfused path's with new
+    intermediates).
     """
     return _scores_times(A, X, Y, Z, ("X", "Y", "Z"), softmax=False, fused=fused, backend=backend)
 
@@ -381,7 +382,7 @@ def graph_attention(A, Q, K, V, *, fused="auto", backend="auto"):
 
     A: scipy.sparse or :class:`CSR` (M, N); Q: (M, D); K: (N, D); V: (N, F).  fused: True for one
     CUDA kernel with an online softmax, False for HP-SDDMM, an edge-softmax kernel and HP-SpMM,
-    "auto" (default) as in :func:`sddmm_spmm`; repeated fused calls are replayed, as there.
+    "auto" (default) as in :func:`sddmm_spmm`; repeated calls are replayed, as there.
     """
     return _scores_times(A, Q, K, V, ("Q", "K", "V"), softmax=True, fused=fused, backend=backend)
 
@@ -425,7 +426,7 @@ def _scores_times_checked(A, x, y, z, names, softmax, fused, backend, record):
     dev = _device_csr(A, x.dtype, names[0])
     if x.on_device:
         result, out = arrays.empty_like_framework(x, shape, x.dtype)
-        # (the fused kernel's calls are replayed; the unfused path's, with their intermediates, are not)
+        # (the unfused path's intermediates are the call's scratch: a replay allocates them anew)
         with record(x.array, y.array, z.array, out):
             dispatch.sddmm_then_spmm(dev, x.array, y.array, z.array, out, softmax=softmax, fuse=fused,
                                      stream=arrays.stream_of(x), like=x)

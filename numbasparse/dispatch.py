@@ -68,7 +68,7 @@ import numpy as np
 
 from . import arrays, cpu
 from ._compat import scipy_sparse as sp
-from .cuda import crc, fused, hc, hp, sddmm_warp, slab, tiled
+from .cuda import crc, fused, hc, hp, launch, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
 from .cuda.device import current_gpu, memory_system, one_device
 from .dtypes import HALF_NAMES, storage_dtype
@@ -107,6 +107,9 @@ SLAB_MAX_L2_SHARE = 0.25
 #: at about 2 ns per thousand entry-columns: 1e8.  Measured (10 graphs x K = F = 32..128, H100):
 #: back to back, fused faster in 43 of 44 cases at or below it (flickr attention K = 32: 0.91x),
 #: unfused 1.01-2.1x faster in all 16 above it, where by one call fused still leads in 13.
+#: Fitted before the unfused path's calls were replayed (its intermediates allocated by the
+#: replay): with less host time to cover, the unfused path should win from less work; not yet
+#: re-measured (benchmarks/NOTES.md, "Next GPU session").
 FUSE_MAX_WORK = 1e8
 
 #: ``Algorithm.dtypes``: every algorithm takes FULL_DTYPES; those marked ALL_DTYPES also 16-bit ones.
@@ -216,11 +219,14 @@ def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0, like=None):
 
     def intermediate():
         if like is not None:
-            return arrays.empty_like_framework(like, (A.nnz,), A.dtype)  # (object, view): keep both
-        from numba import cuda
+            made = arrays.empty_like_framework(like, (A.nnz,), A.dtype)  # (object, view): keep both
+        else:
+            from numba import cuda
 
-        array = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype), stream=stream)
-        return array, array
+            array = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype), stream=stream)
+            made = array, array
+        launch.scratch(made[1])  # (a replay of this call allocates its own)
+        return made
 
     scores = intermediate()
     hp.sddmm_hp(A, X, Y, scores[1], stream=stream)
@@ -228,7 +234,7 @@ def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0, like=None):
         weights = intermediate()
         fused.edge_softmax(A, scores[1], weights[1], stream=stream)
         scores = weights
-    hp.spmm_hp(A._with_data(scores[1]), Z, out, "sum", stream=stream)
+    hp.spmm_hp(A, Z, out, "sum", stream=stream, values=scores[1])
 
 
 _SM80_CHECKED = []

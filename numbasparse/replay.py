@@ -16,9 +16,11 @@ a device matrix goes through :func:`call`:
    the operand each variable pointer came from.  A recording that holds an operation that cannot
    be replayed (a launch through :func:`~numbasparse.cuda.launch.run`, a launch not yet bound,
    an array that is not one of the call's operands) is dropped.
-3. From then on a call with that signature allocates its outputs and reissues the recorded
-   operations with the new data pointers: no validation or dispatch, which earlier calls with
-   the same signature already passed.  The replay checks the operands' alignment (which chose
+3. From then on a call with that signature allocates its outputs (and its intermediates:
+   arrays the call made and declared with :func:`numbasparse.cuda.launch.scratch`, allocated
+   again by the replay in the operands' framework, on their stream, and dropped after it) and
+   reissues the recorded operations with the new data pointers: no validation or dispatch,
+   which earlier calls with the same signature already passed.  The replay checks the operands' alignment (which chose
    the vector width) and falls back to the full call when it differs.
 
 Replays live in the ``replays`` section of the matrix's cache (:mod:`numbasparse.cache`).
@@ -44,12 +46,13 @@ def call(A, options, operands, out, new_outputs, full_call, args):
     if type(entry) is Replay:
         try:
             outputs = new_outputs(A, *operands)
+            scratch = _intermediates(operands[0], entry.scratch) if entry.scratch else ()
         except Exception as error:  # the full call's MemoryError for an exhausted GPU, on a replay too
             replacement = out_of_memory(error, "the call's output", None)
             if replacement is error:
                 raise
             raise replacement from error
-        pointers = [x.data_ptr() for x in operands + outputs]
+        pointers = [x.data_ptr() for x in operands + outputs + scratch]
         if one_device():
             replayed = entry(pointers, key[-1])
         else:  # the operands' GPU current, as the full call made it
@@ -59,6 +62,14 @@ def call(A, options, operands, out, new_outputs, full_call, args):
             return outputs[0] if len(outputs) == 1 else outputs
         entry = REPLAY_FROM_CALL - 1  # alignment differs, or the fast launch is off: record again
     return full_call(*args, _Recorder(A, key, (entry or 0) + 1))
+
+
+def _intermediates(like, sizes):
+    """New tensors of at least ``sizes`` bytes each, allocated as ``like`` (a CUDA tensor: its
+    device, and torch's allocator on the current stream, which orders their reuse after the
+    replay's launches)."""
+    itemsize = like.element_size()
+    return tuple(like.new_empty((-(-n // itemsize),)) for n in sizes)
 
 
 class _Recorder:
@@ -144,7 +155,8 @@ class Recording:
     ``views``: the call's device arrays, recognised by identity."""
 
     def __init__(self, views):
-        self.views = views
+        self.views = list(views)
+        self.scratch_bytes = []  # per intermediate (views after the call's own)
         self.steps = []
         self.replayable = True
 
@@ -162,6 +174,10 @@ class Recording:
     def unbound(self):
         self.replayable = False
 
+    def scratch(self, array):
+        self.views.append(array)
+        self.scratch_bytes.append(array.size * array.dtype.itemsize)
+
     def memset(self, array, n_bytes):
         roles = self._roles([array])
         if roles is None:
@@ -174,22 +190,23 @@ class Recording:
         if not self.replayable:
             return None
         alignments = tuple(launch.device_pointer(view) % launch.MAX_ALIGNMENT for view in self.views)
-        return Replay(tuple(self.steps), alignments)
+        return Replay(tuple(self.steps), alignments, tuple(self.scratch_bytes))
 
 
 class Replay:
     """A recorded call's GPU operations (bound launches and memsets), issued again by
     ``replay(pointers, handle)`` on new operands: ``pointers`` their data pointers in the
-    recorded order, ``handle`` the driver handle of the stream.  The caller guarantees that the
+    recorded order (operands, outputs, then new intermediates of ``scratch`` bytes each),
+    ``handle`` the driver handle of the stream.  The caller guarantees that the
     operands have the recorded ones' shapes and dtypes; the replay checks their alignment and
     returns False, issuing nothing, when it differs.  It also returns False when a launch's fast
     path has been turned off, having issued the steps before it (which the caller's full call
     then issues again)."""
 
-    __slots__ = ("steps", "alignments")
+    __slots__ = ("steps", "alignments", "scratch")
 
-    def __init__(self, steps, alignments):
-        self.steps, self.alignments = steps, alignments
+    def __init__(self, steps, alignments, scratch=()):
+        self.steps, self.alignments, self.scratch = steps, alignments, scratch
 
     def __call__(self, pointers, handle):
         for pointer, alignment in zip(pointers, self.alignments):

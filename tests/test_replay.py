@@ -133,3 +133,23 @@ def test_a_process_first_torch_call_has_a_signature(monkeypatch):
     monkeypatch.setattr(type(x), "get_device", lambda self: 0)
     assert arrays.torch_signature(x) == (x.shape, torch.float32, 0, x.data_ptr() % launch.MAX_ALIGNMENT)
     assert arrays.torch_signature(object()) is None
+
+
+def test_a_replay_allocates_the_calls_intermediates_anew(driver, monkeypatch):
+    """An array the call declared as its intermediate is a role of the replay, which passes a
+    new one of its size (the unfused SDDMM -> SpMM's scores)."""
+    idx, B, C, scores = view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384), view((4, 3), 32768)
+    kernel, cache = bound_kernel(driver, monkeypatch, (idx, B, C, 9, 1.0))
+    with record(B, C) as recorded:
+        launch.scratch(scores)
+        launch.run_bound(cache, "k", kernel, (7, 2), 64, 0, (idx, B, scores, 9, 1.0), (1, 2))
+    again = recorded.replay()
+    assert again.scratch == (4 * 3 * 4,)
+    issued = len(driver.calls)
+    assert again((1 << 20, 1 << 21, 1 << 22), 5)
+    ((_, _, _, stream, slots),) = driver.calls[issued:]
+    assert stream == 5 and slots[7 + 4] == 1 << 20 and slots[16 + 4] == 1 << 22
+
+
+def test_an_intermediate_outside_a_recorded_call_is_ignored():
+    launch.scratch(view((4,), 4096))  # no observer: nothing to tell

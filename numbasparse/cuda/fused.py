@@ -310,4 +310,6 @@ def edge_softmax(A, values, out, *, stream=0):
     if m == 0 or A.nnz == 0:
         return
     grid, block = row_warp_grid(m, 1, 1)
-    launch.run(edge_softmax_kernel(kernel_format(A.dtype)), grid, block, stream, A.indptr, values, out)
+    fmt = kernel_format(A.dtype)
+    launch.run_bound(A.cache, ("edge_softmax", fmt), edge_softmax_kernel(fmt), grid, block, stream,
+                     (A.indptr, values, out), (1, 2))

@@ -812,7 +812,7 @@ def _scratch(A, key, plan, n, dtype, stream):
 
 
 def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout=None, depth=None, single=None,
-            accumulate=False):
+            accumulate=False, values=None):
     """Launch HP-SpMM on a device :class:`CSR` A and device arrays B, C.  In its single launch
     (:func:`single_launch`, graphs of short rows) the kernel alone writes all of C; otherwise C
     is filled with the reduction's identity first (sum and mean: a memset; max and min: only the
@@ -823,7 +823,11 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode).
 
     ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
-    fill, every row added atomically): how a product split by columns adds its parts."""
+    fill, every row added atomically): how a product split by columns adds its parts.
+
+    ``values``: a device array of A.nnz values in A's dtype to use instead of A's (an SDDMM's
+    scores), passed per call like B and C, so the launch binds on A (and a call that makes
+    new values each time, as the unfused SDDMM -> SpMM does, is replayed)."""
     code = reductions.CODES[reduce]
     if accumulate:
         if code != reductions.SUM or C.dtype.itemsize < 4 or single:
@@ -838,11 +842,17 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
         return
     key = ("spmm_hp", code, n, A.dtype.name, C.dtype.str, launch.alignment(B), launch.alignment(C), nnz_per_group,
            lanes, layout, depth, single, accumulate)
+    if values is not None:
+        if values.shape != A.data.shape or values.dtype != A.data.dtype:
+            raise ValueError(f"values must be {A.data.shape} of {A.data.dtype}, got {values.shape} of {values.dtype}")
+        bound_key, variable = key + ("values",), (2, 4, 5)
+    else:
+        bound_key, variable, values = key, (4, 5), A.data
     plan = A.cache.get_or_build("plans", key, lambda: _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout,
                                                                  depth, single, accumulate))
     if plan.single:
         handle, parts = _scratch(A, key, plan, n, A.dtype, stream)
-        key = key + (handle,)  # the bound launch holds this stream's scratch
+        bound_key = bound_key + (handle,)  # the bound launch holds this stream's scratch
     else:
         parts = plan.unused_scratch
         if not accumulate:  # (accumulating: C holds what the product adds to)
@@ -850,8 +860,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
                 fill_identity(C, code, stream)
             elif plan.fill_rows is not None:  # max, min: the rows the block merge cannot store alone
                 fill_identity(C, code, stream, rows=plan.fill_rows, A=A, key=key + ("fill",))
-    args = (A.indptr, A.indices, A.data, plan.group_rows, B, C, plan.nnz_per_group, parts)
-    launch.run_bound(A.cache, key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, (4, 5))
+    args = (A.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts)
+    launch.run_bound(A.cache, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, variable)
 
 
 # SDDMM --------------------------------------------------------------------------------------

@@ -446,3 +446,20 @@ def test_spmm_dtp_shrinks_the_window_of_an_ordered_graph_to_fit_l2(monkeypatch):
     dev = CSR.from_scipy(band.astype(np.float32))
     monkeypatch.setattr(device, "memory_system", lambda: (1 << 40, 3.35e12))  # the window fits: unchanged
     assert hp.window_nnz_per_group(dev, 512, 1, tile_bytes) == 512
+
+
+def test_spmm_hp_takes_values_other_than_as_of_the_call():
+    """``values`` replace A's for one call (the unfused SDDMM -> SpMM's scores); A's own values
+    are untouched, and values of another length are refused by name."""
+    rng = np.random.default_rng(3)
+    graph = sp.random(9, 7, density=0.4, format="csr", random_state=4, dtype=np.float32)
+    dev = CSR.from_scipy(graph)
+    B = random_dense(rng, (7, 5), np.float32)
+    scores = random_dense(rng, graph.nnz, np.float32)
+    C = cuda.to_device(np.full((9, 5), np.nan, np.float32))
+    hp.spmm_hp(dev, cuda.to_device(B), C, "sum", values=cuda.to_device(scores))
+    other = sp.csr_matrix((scores.astype(np.float64), graph.indices, graph.indptr), shape=graph.shape)
+    assert_close(C.copy_to_host(), spmm_reference(other, B.astype(np.float64), "sum"), np.float32)
+    assert np.array_equal(dev.data.copy_to_host(), graph.data)
+    with pytest.raises(ValueError, match="values must be"):
+        hp.spmm_hp(dev, cuda.to_device(B), C, "sum", values=cuda.to_device(scores[:-1]))
