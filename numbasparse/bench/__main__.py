@@ -10,6 +10,9 @@ import argparse
 import datetime
 import sys
 import time
+import zlib
+
+import numpy as np
 
 from .. import dispatch, graphs
 from ..csr import canonical_csr
@@ -38,6 +41,9 @@ def parse_args(argv=None):
                    help="comma list, or 'none' (default: all; the *_f32 ones only for 16-bit dtypes)")
     p.add_argument("--dtype", choices=("float32", "float64", "float16", "bfloat16"), default="float32",
                    help="operands' dtype; the *_f32 baselines run float32 copies of 16-bit inputs")
+    p.add_argument("--values", choices=("random", "graph"), default="random",
+                   help="A's values: random in [0.5, 1.5), seeded by the graph's name (default: a kernel that "
+                        "ignored them would fail the check), or the graph's own (often all 1)")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--reorder", type=_list, default=["none"],
@@ -82,7 +88,7 @@ def load_graphs(args):
         found.update(graphs.load_npz_dir(args.data))
     # Canonical CSR (sorted, no duplicates) for every implementation and reference alike:
     # SDDMM returns its values in canonical order.
-    found = {name: canonical_csr(A) for name, A in found.items()}
+    found = {name: with_values(canonical_csr(A), name, args.values) for name, A in found.items()}
     prep_seconds = {}
     for name, A in list(found.items()):
         for method in args.reorder:
@@ -97,6 +103,16 @@ def load_graphs(args):
     if "none" not in args.reorder:
         found = {k: v for k, v in found.items() if k in prep_seconds}
     return found, prep_seconds
+
+
+def with_values(A, name, values):
+    """``A`` with random values in [0.5, 1.5) seeded by ``name`` (``values="random"``), else as
+    it is; A's pattern and dtype unchanged."""
+    if values == "graph":
+        return A
+    A = A.copy()
+    A.data = np.random.default_rng(zlib.crc32(name.encode())).uniform(0.5, 1.5, A.nnz).astype(A.dtype)
+    return A
 
 
 def device_meta():
@@ -125,7 +141,7 @@ def main(argv=None):
     impls = harness.implementations(algorithms, args.baselines)
     meta = device_meta()
     meta["copy_gbs"] = harness.copy_bandwidth_gbs()
-    meta.update(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    meta.update(values=args.values, date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 command="python -m numbasparse.bench " + " ".join(sys.argv[1:] if argv is None else argv))
     print(f"# {meta['gpu']}: {meta['sms']} SMs, L2 {meta['l2_bytes'] >> 20} MiB, "
           f"device copy {meta['copy_gbs']:.0f} GB/s (read+write)", file=sys.stderr)
@@ -143,7 +159,8 @@ def main(argv=None):
         checkpoint(args, meta, rows)
     if args.sampled:
         base = graphs.from_spec(args.sampled)
-        subgraphs = graphs.sample_subgraphs(base, args.sampled_count, *args.sampled_nodes)
+        subgraphs = [with_values(canonical_csr(g), f"{args.sampled}#{i}", args.values)
+                     for i, g in enumerate(graphs.sample_subgraphs(base, args.sampled_count, *args.sampled_nodes))]
         name = f"sampled({args.sampled},{args.sampled_count})"
         for n in args.n:
             print(f"# sampled workload N={n}", file=sys.stderr, flush=True)

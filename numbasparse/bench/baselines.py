@@ -115,17 +115,24 @@ def pyg_scatter(A, op, reduce, dtype):
 
 
 def torch_sampled_addmm(A, op, reduce, dtype):
-    """cuSPARSE SDDMM through ``torch.sparse.sampled_addmm`` (values of A must be 1, as in
-    the benchmark graphs: it computes (X Y^T) on A's pattern without a_ij)."""
+    """cuSPARSE SDDMM through ``torch.sparse.sampled_addmm``, which computes (X Y^T) on A's
+    pattern without a_ij: on a 0/1 graph that is all; with other values, the result's values
+    are then multiplied by A's in place (one elementwise kernel: what a torch user writes)."""
     if op != "sddmm":
         raise Unsupported("sampled_addmm is SDDMM")
-    if not np.all(A.data == 1):
-        raise Unsupported("sampled_addmm ignores a_ij: needs a 0/1 graph")
     if str(dtype) not in ("float32", "float64"):
         raise Unsupported(f"torch.sparse.sampled_addmm is not implemented for {dtype}")
     torch = _torch()
     S = _torch_csr(A, np.int32, dtype)
-    return lambda X, Y: torch.sparse.sampled_addmm(S, X, Y.T, beta=0.0)
+    if np.all(A.data == 1):
+        return lambda X, Y: torch.sparse.sampled_addmm(S, X, Y.T, beta=0.0)
+    weights = S.values().clone()
+
+    def weighted(X, Y):
+        out = torch.sparse.sampled_addmm(S, X, Y.T, beta=0.0)
+        out.values().mul_(weights)
+        return out
+    return weighted
 
 
 BASELINES = {

@@ -117,6 +117,20 @@ def test_reorder_variants_and_payoff():
         parse_args(["--reorder", "rcm"])
 
 
+def test_graphs_get_random_values_unless_their_own_are_asked_for():
+    """Never all ones by default (a kernel that ignored A's values would pass the check): random
+    in [0.5, 1.5), the same for a graph's name in every run; the pattern unchanged."""
+    from numbasparse.bench.__main__ import load_graphs
+
+    (A,) = load_graphs(parse_args(["--graphs", "rmat:8"]))[0].values()
+    (again,) = load_graphs(parse_args(["--graphs", "rmat:8"]))[0].values()
+    (own,) = load_graphs(parse_args(["--graphs", "rmat:8", "--values", "graph"]))[0].values()
+    assert np.all(own.data == 1) and 0.5 <= A.data.min() and A.data.max() < 1.5 and len(np.unique(A.data)) > 1
+    assert np.array_equal(A.data, again.data)
+    assert np.array_equal(A.indptr, own.indptr) and np.array_equal(A.indices, own.indices)
+    assert A.dtype == own.dtype
+
+
 def test_gcn_case_counts_x_w_and_output():
     A = sp.csr_matrix(np.ones((3, 5), np.float32))
     csr = 4 * 4 + 15 * (4 + 4)
