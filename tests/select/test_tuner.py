@@ -224,6 +224,7 @@ def test_a_choice_is_timed_once_then_taken_from_memory_and_disk(tmp_path, monkey
     _, first_csr = _graph()
     _, dev = _graph()  # (made on the simulator, before it is hidden)
     device.device_limits()  # (the simulator's, kept: the fake GPU has no attributes to ask)
+    monkeypatch.setattr(device, "memory_system", lambda: (50 << 20, 3.35e12))  # (likewise)
     monkeypatch.setattr(device, "simulator_enabled", lambda: False)
     monkeypatch.setattr(tuner.Device, "current", classmethod(lambda cls: H100))
     calls = []
