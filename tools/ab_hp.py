@@ -12,7 +12,8 @@ each variant (default: numbasparse.cuda.hp, "new") and baseline/variant.  A vari
 optionally with HP-SpMM rule overrides after a colon, "/"-separated, passed to its ``spmm_hp`` as
 keywords: ``hp:depth=3`` (gather depth), ``hp:layout=32.2.1`` (lanes.vec.cf),
 ``hp:depth=2/layout=16.4.1``, ``hp:single=1`` (the single launch; 0: memset or fill + kernel),
-``hp:npg=256`` (HP-SpMM's nonzeros per lane group), ``hp:group=8`` (HP-SDDMM's lanes per nonzero; the SpMM options apply to SpMM only, this one to SDDMM)
+``hp:npg=256`` (HP-SpMM's nonzeros per lane group), ``hp:group=8`` and ``hp:npw=128`` (HP-SDDMM's lanes per
+nonzero and nonzeros per warp; the SpMM options apply to SpMM only, these two to SDDMM)
 ("hp" is numbasparse.cuda.hp): no copy of hp.py is needed to time a depth, a lane layout or
 either launch mode.  The baseline runs with no overrides.  A baseline copied from a REF must
 import against the current package (its relative imports, e.g. ``from . import device, launch``,
@@ -101,6 +102,9 @@ def case(A, dense, expected, op, module, **options):
     return fn, relative_error(_result(C), expected)
 
 
+SDDMM_OPTIONS = ("group", "nnz_per_warp")  # (the other overrides are HP-SpMM's)
+
+
 def variant(spec):
     """(label, module, HP-SpMM rule overrides: keywords of ``spmm_hp``) of a --variants entry
     (see the docstring)."""
@@ -119,10 +123,12 @@ def variant(spec):
             overrides["group"] = int(value)
         elif key == "npg":
             overrides["nnz_per_group"] = int(value)
+        elif key == "npw":
+            overrides["nnz_per_warp"] = int(value)
         elif key == "prefill":
             sys.exit(f"variant option {option!r}: prefill=P is now single={1 - int(value)} (single=1: one launch)")
         else:
-            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF, single=0/1, npg=NNZ_PER_GROUP or group=G)")
+            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF, single=0/1, npg=NNZ_PER_GROUP, group=G or npw=NNZ_PER_WARP)")
     label = "new" if spec in ("hp", "numbasparse.cuda.hp") else spec.replace("numbasparse.cuda.", "")
     return label, module, overrides
 
@@ -156,7 +162,7 @@ def main():
                 us, fns = {}, {}
                 graph_operands = operands(As, op, n, rng)
                 for name, module, overrides in (("old", old_hp, {}), *variants):
-                    mine = {k: v for k, v in overrides.items() if (k == "group") == (op == "sddmm")}
+                    mine = {k: v for k, v in overrides.items() if (k in SDDMM_OPTIONS) == (op == "sddmm")}
                     fn, err = cases(graph_operands, op, module, **mine)
                     fns[name] = fn
                     us[name] = min(time_kernels(fn, warmup=3, repeat=20) for _ in range(3)) * 1e3
