@@ -15,7 +15,7 @@ a device matrix goes through :func:`call`:
    on the full call is recorded: every GPU operation it issues (bound launches and memsets) with
    the operand each variable pointer came from.  A recording that holds an operation that cannot
    be replayed (a launch through :func:`~numbasparse.cuda.launch.run`, a launch not yet bound,
-   an array that is not one of the call's operands) is dropped.
+   an array that is none of the call's operands, outputs or declared intermediates) is dropped.
 3. From then on a call with that signature allocates its outputs (and its intermediates:
    arrays the call made and declared with :func:`numbasparse.cuda.launch.scratch`, allocated
    again by the replay in the operands' framework, on their stream, and dropped after it) and
@@ -48,7 +48,7 @@ def call(A, options, operands, out, new_outputs, full_call, args):
             outputs = new_outputs(A, *operands)
             scratch = _intermediates(operands[0], entry.scratch) if entry.scratch else ()
         except Exception as error:  # the full call's MemoryError for an exhausted GPU, on a replay too
-            replacement = out_of_memory(error, "the call's output", None)
+            replacement = out_of_memory(error, "the call's output and intermediates", None)
             if replacement is error:
                 raise
             raise replacement from error

@@ -153,3 +153,18 @@ def test_a_replay_allocates_the_calls_intermediates_anew(driver, monkeypatch):
 
 def test_an_intermediate_outside_a_recorded_call_is_ignored():
     launch.scratch(view((4,), 4096))  # no observer: nothing to tell
+
+
+def test_a_replay_allocates_intermediates_of_at_least_the_recorded_bytes_like_the_first_operand():
+    made = []
+
+    class Tensor:  # the parts of a CUDA torch.Tensor that a replay's allocation uses
+        def element_size(self):
+            return 4
+
+        def new_empty(self, shape):
+            made.append(shape)
+            return Tensor()
+
+    out = replay._intermediates(Tensor(), (48, 10, 0))
+    assert len(out) == 3 and made == [(12,), (3,), (0,)]

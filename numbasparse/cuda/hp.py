@@ -207,14 +207,17 @@ def window_nnz_per_group(A, nnz_per_group, groups_per_warp, tile_bytes):
     B rows, which L2 keeps only while the window fits in it.  Where entries lie within a group's
     own rows (a road network) the group itself re-reads them at once; where they are spread
     beyond the window (random ids) no window size brings the reuse back.  Square A only: the
-    distance compares row and column ids, one node numbering in a graph."""
+    distance compares row and column ids, one node numbering in a graph; and only where B's
+    tile is larger than L2 (else L2 keeps all of it whatever the window)."""
     mean = mean_row(A.nnz, pattern_fact(A, "nonempty_rows"))
     budget = WINDOW_L2_SHARE * device.memory_system()[0]
 
     def footprint(p):
         return min(window_rows(p, groups_per_warp, mean), A.shape[1]) * tile_bytes
 
-    if footprint(nnz_per_group) <= budget or A.shape[0] != A.shape[1]:  # (rows and columns: one node order)
+    if (footprint(nnz_per_group) <= budget or A.shape[0] != A.shape[1]  # (rows and columns: one node order)
+            or A.shape[1] * tile_bytes <= device.memory_system()[0]  # (L2 keeps all of B anyway)
+            or nnz_per_group <= min(NNZ_PER_GROUP)):
         return nnz_per_group
     distance = pattern_fact(A, "median_column_distance")
     if not nnz_per_group / mean < distance <= WINDOW_ORDER * window_rows(nnz_per_group, groups_per_warp, mean):
@@ -725,9 +728,10 @@ HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows 
 
 
 def pattern_fact(A, name, *args):
-    """A host-derived fact of device CSR A's pattern (the function ``name`` of
-    :mod:`numbasparse.preprocess.rows`), once per pattern, kept in A's cache; the array ones
-    uploaded; HP's rules, dispatch, the tuner and the fused kernels' run length read them here."""
+    """A fact of device CSR A's pattern computed on the host (the function ``name`` of
+    :mod:`numbasparse.preprocess.rows`, from ``host_indptr``; "median_column_distance" also from
+    a sample of the indices), once per pattern, kept in A's cache; the array ones uploaded; HP's
+    rules, dispatch, the tuner and the fused kernels' run length read them here."""
     def build():
         if name == "segment_rows":
             return cuda.to_device(row_prep.segment_rows(A.host_indptr, *args, A.index_dtype))
@@ -737,7 +741,9 @@ def pattern_fact(A, name, *args):
         if name == "median_column_distance":  # (the only fact that reads indices: a sample of them)
             runs = row_prep.sampled_entries(A.nnz)
             positions = [np.arange(start, start + length) for start, length in runs]
-            columns = [A.indices[start:start + length].copy_to_host() for start, length in runs]
+            host = A._host_copy  # (a matrix uploaded from scipy keeps its indices: no copies)
+            columns = [host.indices[start:start + length] if host is not None else
+                       A.indices[start:start + length].copy_to_host() for start, length in runs]
             return row_prep.median_column_distance(A.host_indptr, np.concatenate(positions or [[]]),
                                                    np.concatenate(columns or [[]]))
         return getattr(row_prep, name)(A.host_indptr, *args)

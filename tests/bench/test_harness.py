@@ -129,6 +129,12 @@ def test_graphs_get_random_values_unless_their_own_are_asked_for():
     assert np.array_equal(A.data, again.data)
     assert np.array_equal(A.indptr, own.indptr) and np.array_equal(A.indices, own.indices)
     assert A.dtype == own.dtype
+    # reordered copies: the order from the graph's own values, the random values permuted with it
+    found, _ = load_graphs(parse_args(["--graphs", "rmat:8", "--reorder", "none,louvain"]))
+    own_order, _ = load_graphs(parse_args(["--graphs", "rmat:8", "--reorder", "none,louvain", "--values", "graph"]))
+    reordered, plain = found["rmat:8+louvain"], own_order["rmat:8+louvain"]
+    assert np.array_equal(reordered.indptr, plain.indptr) and np.array_equal(reordered.indices, plain.indices)
+    assert np.isclose(np.sort(reordered.data), np.sort(found["rmat:8"].data)).all()
 
 
 def test_gcn_case_counts_x_w_and_output():

@@ -444,11 +444,13 @@ def test_spmm_dtp_shrinks_the_window_of_an_ordered_graph_to_fit_l2(monkeypatch):
     wide = sp.csr_matrix(sp.hstack([band, band]))  # rows and columns of different things: no node order
     assert hp.window_nnz_per_group(CSR.from_scipy(wide.astype(np.float32)), 512, 1, tile_bytes) == 512
     dev = CSR.from_scipy(band.astype(np.float32))
+    monkeypatch.setattr(device, "memory_system", lambda: (110 << 20, 3.35e12))  # B's tile fits in L2: unchanged
+    assert hp.window_nnz_per_group(dev, 512, 4, tile_bytes) == 512  # (a window of 55 MB, over a third of L2)
     monkeypatch.setattr(device, "memory_system", lambda: (1 << 40, 3.35e12))  # the window fits: unchanged
     assert hp.window_nnz_per_group(dev, 512, 1, tile_bytes) == 512
 
 
-def test_spmm_hp_takes_values_other_than_as_of_the_call():
+def test_spmm_hp_takes_per_call_values_in_place_of_as():
     """``values`` replace A's for one call (the unfused SDDMM -> SpMM's scores); A's own values
     are untouched, and values of another length are refused by name."""
     rng = np.random.default_rng(3)
@@ -463,3 +465,21 @@ def test_spmm_hp_takes_values_other_than_as_of_the_call():
     assert np.array_equal(dev.data.copy_to_host(), graph.data)
     with pytest.raises(ValueError, match="values must be"):
         hp.spmm_hp(dev, cuda.to_device(B), C, "sum", values=cuda.to_device(scores[:-1]))
+
+
+def test_per_call_values_bind_as_a_variable_argument_under_their_own_key(monkeypatch):
+    """The launch with ``values`` passes them per call (arguments 2, 4, 5: values, B, C) under a
+    key apart from the launch on A's own values (2 fixed), so neither replays the other's."""
+    seen = []
+    monkeypatch.setattr(launch, "run_bound", lambda cache, key, kernel, grid, block, stream, args, variable:
+                        seen.append((key, args, variable)))
+    graph = sp.random(9, 7, density=0.4, format="csr", random_state=4, dtype=np.float32)
+    dev = CSR.from_scipy(graph)
+    B = cuda.to_device(np.ones((7, 5), np.float32))
+    C = cuda.device_array((9, 5), np.float32)
+    scores = cuda.to_device(np.ones(graph.nnz, np.float32))
+    hp.spmm_hp(dev, B, C, "sum")
+    hp.spmm_hp(dev, B, C, "sum", values=scores)
+    (own_key, own_args, own_variable), (key, args, variable) = seen
+    assert own_variable == (4, 5) and own_args[2] is dev.data
+    assert variable == (2, 4, 5) and args[2] is scores and key != own_key
