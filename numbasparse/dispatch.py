@@ -43,8 +43,8 @@ fused     ``sddmm_spmm``/``graph_attention`` in one kernel       10 graphs x K =
           (rows cut into runs, merged) up to FUSE_MAX_WORK       back to back fused faster in 43 of
           entry-columns where one warp covers the output in      44 cases up to 1e8 entry-columns,
           one pass (:func:`fuse_pays`), else HP-SDDMM, [edge     unfused in 16 of 16 above ("Fused
-          softmax], HP-SpMM (three launches, an nnz-long         SDDMM->SpMM and attention")
-          intermediate: faster kernels, more host time);
+          softmax], HP-SpMM (three launches, an nnz-long         SDDMM->SpMM and attention"; the
+          intermediate: faster kernels, more launches);          unfused calls not yet replayed)
           float16 always fused (its range cannot hold the
           raw scores the unfused path stores)
 gcn       ``spmm_dense`` as ``spmm`` and a matmul, the matmul    10 graphs x F_in = 64..256, W
