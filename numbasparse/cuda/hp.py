@@ -47,11 +47,11 @@ NNZ_PER_WARP = (512, 256, 128, 64, 32, 16, 8)
 #: groups in flight gather (one column tile of each row of their entries) kept within this
 #: share of L2, halving the DTP's nonzeros per group at most WINDOW_HALVINGS times (each halving
 #: adds GROUP_COST / p of fixed work); "in locality order": half the entries within WINDOW_ORDER
-#: of the window's rows of the diagonal (and beyond one group's rows).  Measured (H100, BENCHMARKS.md "HP-SpMM's window on
-#: ordered graphs"): an 800k-node community-ordered graph, rows of 25, N = 256: windows of 44 /
-#: 22 / 11 MB ran 1.00 / 1.20 / 1.37x (N = 128, 22 / 11 MB: 1.00 / 1.14x), the same graph in
-#: random order 0.99-1.00x; cnr-2000 (crawl order) N = 256, 33 -> 16 MB: 1.04x, and at N = 128
-#: 16 -> 8 MB lost 0.87x to the fixed cost.
+#: of the window's rows of the diagonal (and beyond one group's rows).  Measured (H100,
+#: BENCHMARKS.md "HP-SpMM's window on ordered graphs"): an 800k-node community-ordered graph,
+#: rows of 25, N = 256: windows of 44 / 22 / 11 MB ran 1.00 / 1.20 / 1.37x (N = 128, 22 / 11 MB:
+#: 1.00 / 1.14x), the same graph in random order 0.99-1.00x; cnr-2000 (crawl order) N = 256,
+#: 33 -> 16 MB: 1.04x, and at N = 128 16 -> 8 MB lost 0.87x to the fixed cost.
 WINDOW_L2_SHARE, WINDOW_ORDER, WINDOW_HALVINGS = 1 / 3, 1 / 16, 2
 #: HP-SDDMM's DTP scale factor alpha: ask for at least this many full waves of blocks.
 WAVES = 2
