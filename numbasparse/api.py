@@ -426,7 +426,7 @@ def _scores_times_checked(A, x, y, z, names, softmax, fused, backend, record):
     dev = _device_csr(A, x.dtype, names[0])
     if x.on_device:
         result, out = arrays.empty_like_framework(x, shape, x.dtype)
-        # (the unfused path's intermediates are the call's scratch: a replay allocates them anew)
+        # (the unfused path's intermediates: declared to the recording, a replay allocates them anew)
         with record(x.array, y.array, z.array, out):
             dispatch.sddmm_then_spmm(dev, x.array, y.array, z.array, out, softmax=softmax, fuse=fused,
                                      stream=arrays.stream_of(x), like=x)

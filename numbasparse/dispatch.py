@@ -225,7 +225,7 @@ def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0, like=None):
 
             array = cuda.device_array(A.nnz, dtype=storage_dtype(A.dtype), stream=stream)
             made = array, array
-        launch.scratch(made[1])  # (a replay of this call allocates its own)
+        launch.intermediate(made[1])  # (a replay of this call allocates its own)
         return made
 
     scores = intermediate()

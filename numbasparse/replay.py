@@ -17,11 +17,12 @@ a device matrix goes through :func:`call`:
    be replayed (a launch through :func:`~numbasparse.cuda.launch.run`, a launch not yet bound,
    an array that is none of the call's operands, outputs or declared intermediates) is dropped.
 3. From then on a call with that signature allocates its outputs (and its intermediates:
-   arrays the call made and declared with :func:`numbasparse.cuda.launch.scratch`, allocated
-   again by the replay in the operands' framework, on their stream, and dropped after it) and
-   reissues the recorded operations with the new data pointers: no validation or dispatch,
-   which earlier calls with the same signature already passed.  The replay checks the operands' alignment (which chose
-   the vector width) and falls back to the full call when it differs.
+   arrays the call made and declared with :func:`numbasparse.cuda.launch.intermediate`,
+   allocated again by the replay in the operands' framework, on their stream, and dropped after
+   it) and reissues the recorded operations with the new data pointers: no validation or
+   dispatch, which earlier calls with the same signature already passed.  The replay checks the
+   operands' alignment (which chose the vector width) and falls back to the full call when it
+   differs.
 
 Replays live in the ``replays`` section of the matrix's cache (:mod:`numbasparse.cache`).
 """
@@ -46,13 +47,13 @@ def call(A, options, operands, out, new_outputs, full_call, args):
     if type(entry) is Replay:
         try:
             outputs = new_outputs(A, *operands)
-            scratch = _intermediates(operands[0], entry.scratch) if entry.scratch else ()
+            made = _intermediates(operands[0], entry.intermediates) if entry.intermediates else ()
         except Exception as error:  # the full call's MemoryError for an exhausted GPU, on a replay too
             replacement = out_of_memory(error, "the call's output and intermediates", None)
             if replacement is error:
                 raise
             raise replacement from error
-        pointers = [x.data_ptr() for x in operands + outputs + scratch]
+        pointers = [x.data_ptr() for x in operands + outputs + made]
         if one_device():
             replayed = entry(pointers, key[-1])
         else:  # the operands' GPU current, as the full call made it
@@ -156,7 +157,7 @@ class Recording:
 
     def __init__(self, views):
         self.views = list(views)
-        self.scratch_bytes = []  # per intermediate (views after the call's own)
+        self.intermediate_bytes = []  # per intermediate (views after the call's own)
         self.steps = []
         self.replayable = True
 
@@ -174,9 +175,9 @@ class Recording:
     def unbound(self):
         self.replayable = False
 
-    def scratch(self, array):
+    def intermediate(self, array):
         self.views.append(array)
-        self.scratch_bytes.append(array.size * array.dtype.itemsize)
+        self.intermediate_bytes.append(array.size * array.dtype.itemsize)
 
     def memset(self, array, n_bytes):
         roles = self._roles([array])
@@ -190,23 +191,23 @@ class Recording:
         if not self.replayable:
             return None
         alignments = tuple(launch.device_pointer(view) % launch.MAX_ALIGNMENT for view in self.views)
-        return Replay(tuple(self.steps), alignments, tuple(self.scratch_bytes))
+        return Replay(tuple(self.steps), alignments, tuple(self.intermediate_bytes))
 
 
 class Replay:
     """A recorded call's GPU operations (bound launches and memsets), issued again by
     ``replay(pointers, handle)`` on new operands: ``pointers`` their data pointers in the
-    recorded order (operands, outputs, then new intermediates of ``scratch`` bytes each),
+    recorded order (operands, outputs, then new intermediates of ``intermediates`` bytes each),
     ``handle`` the driver handle of the stream.  The caller guarantees that the
     operands have the recorded ones' shapes and dtypes; the replay checks their alignment and
     returns False, issuing nothing, when it differs.  It also returns False when a launch's fast
     path has been turned off, having issued the steps before it (which the caller's full call
     then issues again)."""
 
-    __slots__ = ("steps", "alignments", "scratch")
+    __slots__ = ("steps", "alignments", "intermediates")
 
-    def __init__(self, steps, alignments, scratch=()):
-        self.steps, self.alignments, self.scratch = steps, alignments, scratch
+    def __init__(self, steps, alignments, intermediates=()):
+        self.steps, self.alignments, self.intermediates = steps, alignments, intermediates
 
     def __call__(self, pointers, handle):
         for pointer, alignment in zip(pointers, self.alignments):

@@ -141,10 +141,10 @@ def test_a_replay_allocates_the_calls_intermediates_anew(driver, monkeypatch):
     idx, B, C, scores = view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384), view((4, 3), 32768)
     kernel, cache = bound_kernel(driver, monkeypatch, (idx, B, C, 9, 1.0))
     with record(B, C) as recorded:
-        launch.scratch(scores)
+        launch.intermediate(scores)
         launch.run_bound(cache, "k", kernel, (7, 2), 64, 0, (idx, B, scores, 9, 1.0), (1, 2))
     again = recorded.replay()
-    assert again.scratch == (4 * 3 * 4,)
+    assert again.intermediates == (4 * 3 * 4,)
     issued = len(driver.calls)
     assert again((1 << 20, 1 << 21, 1 << 22), 5)
     ((_, _, _, stream, slots),) = driver.calls[issued:]
@@ -152,7 +152,7 @@ def test_a_replay_allocates_the_calls_intermediates_anew(driver, monkeypatch):
 
 
 def test_an_intermediate_outside_a_recorded_call_is_ignored():
-    launch.scratch(view((4,), 4096))  # no observer: nothing to tell
+    launch.intermediate(view((4,), 4096))  # no observer: nothing to tell
 
 
 def test_a_replay_allocates_intermediates_of_at_least_the_recorded_bytes_like_the_first_operand():

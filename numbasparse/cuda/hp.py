@@ -210,13 +210,14 @@ def window_nnz_per_group(A, nnz_per_group, groups_per_warp, tile_bytes):
     distance compares row and column ids, one node numbering in a graph; and only where B's
     tile is larger than L2 (else L2 keeps all of it whatever the window)."""
     mean = mean_row(A.nnz, pattern_fact(A, "nonempty_rows"))
-    budget = WINDOW_L2_SHARE * device.memory_system()[0]
+    l2 = device.memory_system()[0]
+    budget = WINDOW_L2_SHARE * l2
 
     def footprint(p):
         return min(window_rows(p, groups_per_warp, mean), A.shape[1]) * tile_bytes
 
     if (footprint(nnz_per_group) <= budget or A.shape[0] != A.shape[1]  # (rows and columns: one node order)
-            or A.shape[1] * tile_bytes <= device.memory_system()[0]  # (L2 keeps all of B anyway)
+            or A.shape[1] * tile_bytes <= l2  # (L2 keeps all of B anyway)
             or nnz_per_group <= min(NNZ_PER_GROUP)):
         return nnz_per_group
     distance = pattern_fact(A, "median_column_distance")

@@ -261,8 +261,8 @@ def observing(observer):
     """Report every GPU operation issued in this thread inside the ``with`` block to
     ``observer``: ``observer.launch(bound, arrays)`` for a bound launch (``bound`` None when it
     was not launched bound), ``observer.unbound()`` for a launch through :func:`run`,
-    ``observer.memset(array, n_bytes)`` for :func:`zero`, ``observer.scratch(array)`` for an
-    intermediate array of the call (:func:`scratch`)."""
+    ``observer.memset(array, n_bytes)`` for :func:`zero`, ``observer.intermediate(array)``
+    for an intermediate array of the call (:func:`intermediate`)."""
     previous = getattr(_observer, "current", None)
     _observer.current = observer
     try:
@@ -271,13 +271,13 @@ def observing(observer):
         _observer.current = previous
 
 
-def scratch(array):
+def intermediate(array):
     """Tell the observer of this thread's GPU operations (if any) that ``array`` (a device
     array, C-contiguous) is an intermediate of the call, made for it and dropped after it: a
     replay allocates a new one of its size (:mod:`numbasparse.replay`)."""
     observer = getattr(_observer, "current", None)
     if observer is not None:
-        observer.scratch(array)
+        observer.intermediate(array)
 
 
 # Launching ----------------------------------------------------------------------------------
