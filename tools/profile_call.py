@@ -9,7 +9,6 @@ SPEC as the benchmark's ``--graphs`` (default: the bundled graph), N the dense w
 import argparse
 import cProfile
 import pstats
-import time
 
 import numpy as np
 import torch
@@ -18,7 +17,7 @@ from numba import cuda
 import numbasparse as ns
 from numbasparse import arrays, dispatch, graphs
 from numbasparse.bench.baselines import BASELINES
-from numbasparse.bench.timing import host_us_per_call, time_cuda
+from numbasparse.bench.timing import host_us_after_sync, host_us_per_call, time_cuda
 from numbasparse.cuda import hp, launch
 
 
@@ -74,22 +73,9 @@ rows = {
 }
 
 
-def per_call_synced_us(fn, n=200):
-    """Host time of one call started on an idle GPU (as the benchmark's per-call events see it)."""
-    for _ in range(20):
-        fn()
-    times = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e6
-
-
 print(f"graph {args.graph}: {A.shape[0]} rows, {A.nnz} nonzeros, N={N}")
 for name, fn in rows.items():
-    print(f"{name:<36} {host_us_per_call(fn):8.1f} us back to back, {per_call_synced_us(fn):8.1f} us after a sync, "
+    print(f"{name:<36} {host_us_per_call(fn):8.1f} us back to back, {host_us_after_sync(fn):8.1f} us after a sync, "
           f"{time_cuda(fn, warmup=20, repeat=100)[0] * 1e3:8.1f} us by events")
 prof = cProfile.Profile()
 for _ in range(300):

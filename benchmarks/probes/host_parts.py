@@ -15,6 +15,7 @@ import torch
 import numbasparse as ns
 from numbasparse import arrays, graphs, replay
 from numbasparse.bench.baselines import BASELINES
+from numbasparse.bench.timing import host_us_after_sync
 from numbasparse.cuda import launch
 
 parser = argparse.ArgumentParser()
@@ -33,16 +34,6 @@ def host_us(fn, reps=args.reps, sync_every=50):
         fn()
         times.append(time.perf_counter() - t)
     torch.cuda.synchronize()
-    return float(np.median(times)) * 1e6
-
-
-def idle_us(fn, reps=300):
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
     return float(np.median(times)) * 1e6
 
 
@@ -65,8 +56,8 @@ for spec in args.graphs:
     torch_mm = BASELINES["torch_csr32"](A, "spmm", "sum", "float32")
     torch_mm(B)
     print(f"\n{spec}: {A.shape[0]} rows, {A.nnz} nonzeros, N={N}")
-    print(f"  whole calls, idle GPU: ns.spmm {idle_us(lambda: ns.spmm(csr, B)):.1f} us, "
-          f"ns.sddmm {idle_us(lambda: ns.sddmm(csr, X, B)):.1f} us, torch.sparse.mm {idle_us(lambda: torch_mm(B)):.1f} us")
+    print(f"  whole calls, idle GPU: ns.spmm {host_us_after_sync(lambda: ns.spmm(csr, B)):.1f} us, "
+          f"ns.sddmm {host_us_after_sync(lambda: ns.sddmm(csr, X, B)):.1f} us, torch.sparse.mm {host_us_after_sync(lambda: torch_mm(B)):.1f} us")
     print(f"  whole calls, queued:   ns.spmm {host_us(lambda: ns.spmm(csr, B)):.1f} us, "
           f"ns.sddmm {host_us(lambda: ns.sddmm(csr, X, B)):.1f} us, torch.sparse.mm {host_us(lambda: torch_mm(B)):.1f} us")
     options = ("spmm", "sum", "auto", "auto", "ieee")

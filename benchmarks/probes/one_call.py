@@ -10,7 +10,6 @@ import argparse
 import cProfile
 import itertools
 import pstats
-import time
 
 import numpy as np
 import torch
@@ -19,26 +18,12 @@ import numbasparse as ns
 from numbasparse import graphs
 from numbasparse.bench import harness
 from numbasparse.bench.baselines import BASELINES
-from numbasparse.bench.timing import host_us_per_call, time_cuda, time_cuda_interleaved
+from numbasparse.bench.timing import host_us_after_sync, host_us_per_call, time_cuda, time_cuda_interleaved
 
 parser = argparse.ArgumentParser()
 parser.add_argument("graphs", nargs="*", default=[".data/cora.npz", ".data/citeseer.npz"])
 parser.add_argument("--n", type=int, default=32)
 args = parser.parse_args()
-
-
-def host_after(fn, before=None, n=200):
-    """Median host microseconds of ``fn()`` started on an idle GPU, ``before()`` run (and
-    synchronised) right before each."""
-    times = []
-    for _ in range(n):
-        if before is not None:
-            before()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e6
 
 
 for spec in args.graphs:
@@ -70,9 +55,9 @@ for spec in args.graphs:
                             {"ns:auto": harness.numbasparse_impl("auto"), "torch_csr32": BASELINES["torch_csr32"]})
     for r in rows:
         print(f"  harness.run_case   {r['impl']:<28} {r['ms'] * 1e3:7.1f} us   b2b {r['b2b_ms'] * 1e3:6.1f} us")
-    print(f"  host, idle GPU: ns alone {host_after(fns['ns rotating B']):6.1f} us, after torch "
-          f"{host_after(fns['ns rotating B'], fns['torch rotating B']):6.1f} us; torch alone "
-          f"{host_after(fns['torch rotating B']):6.1f} us, after ns {host_after(fns['torch rotating B'], fns['ns rotating B']):6.1f} us")
+    print(f"  host, idle GPU: ns alone {host_us_after_sync(fns['ns rotating B']):6.1f} us, after torch "
+          f"{host_us_after_sync(fns['ns rotating B'], before=fns['torch rotating B']):6.1f} us; torch alone "
+          f"{host_us_after_sync(fns['torch rotating B']):6.1f} us, after ns {host_us_after_sync(fns['torch rotating B'], before=fns['ns rotating B']):6.1f} us")
     replays = csr.cache.sections["replays"]
     print("  replays:", {str(k[0]): type(v).__name__ for k, v in replays.items()})
     prof = cProfile.Profile()

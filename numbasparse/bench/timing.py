@@ -72,6 +72,24 @@ def host_us_per_call(fn, *, calls=300, warmup=20):
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def host_us_after_sync(fn, *, before=None, calls=200, warmup=20):
+    """Median microseconds of host time of one call of ``fn()`` started on an idle GPU (the
+    device synchronised before each; ``before()``, if given, run first and synchronised too):
+    the host part of what the benchmark's one-call ``ms`` column sees."""
+    _, synchronize = _events()
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(calls):
+        if before is not None:
+            before()
+        synchronize()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e6
+
+
 def _events():
     """(make an event, synchronize the device): PyTorch's if it is imported (the benchmark
     does; the library never imports it for this) and has a GPU, else Numba's."""

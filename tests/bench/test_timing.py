@@ -53,3 +53,12 @@ def test_interleaved_timing_shuffles_each_round_and_times_each_function_alone(mo
     rounds = [timed[i:i + 12:4] for i in range(0, len(timed), 12)]  # first call of each block, per round
     assert len(rounds) == 30 and all(sorted(r) == ["a", "b", "c"] for r in rounds)
     assert len({tuple(r) for r in rounds}) > 1  # the order changes from round to round
+
+
+def test_host_time_after_a_sync_runs_before_then_synchronises_before_each_timed_call(monkeypatch):
+    trail = []
+    monkeypatch.setattr(timing, "_events", lambda: (None, lambda: trail.append("sync")))
+    us = timing.host_us_after_sync(lambda: trail.append("call"), before=lambda: trail.append("before"),
+                                   calls=3, warmup=1)
+    assert us >= 0
+    assert trail == ["call"] + ["before", "sync", "call"] * 3
