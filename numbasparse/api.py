@@ -366,8 +366,9 @@ def sddmm_spmm(A, X, Y, Z, *, fused="auto", backend="auto"):
     A: scipy.sparse or :class:`CSR` (M, N); X: (M, K); Y: (N, K); Z: (N, F); of one value dtype,
     all NumPy or all CUDA arrays.  fused: True for the fused CUDA kernel (a warp per run of a
     row's entries; a second kernel merges the runs of long rows; scores never stored), False for HP-SDDMM then
-    HP-SpMM, "auto" (default) for the fused kernel where its GPU time is predicted below the
-    unfused path's host time and the output takes one pass, and always for float16
+    HP-SpMM, "auto" (default) for the fused kernel where the output takes one pass and its GPU time is
+    predicted below the unfused path's cost beyond its kernels (on repeated torch calls, which
+    are replayed: graphs of at most 150k entries), and always for float16
     (:func:`numbasparse.dispatch.fuse_pays`).  Returns (M, F) of X's dtype and kind.  Repeated
     calls on torch tensors are replayed as :func:`spmm`'s are (the unfused path's with new
     intermediates).
@@ -429,7 +430,7 @@ def _scores_times_checked(A, x, y, z, names, softmax, fused, backend, record):
         # (the unfused path's intermediates: declared to the recording, a replay allocates them anew)
         with record(x.array, y.array, z.array, out):
             dispatch.sddmm_then_spmm(dev, x.array, y.array, z.array, out, softmax=softmax, fuse=fused,
-                                     stream=arrays.stream_of(x), like=x)
+                                     stream=arrays.stream_of(x), like=x, replayed=record.replays)
         return result
     out = _device_empty(shape, x.dtype)
     dispatch.sddmm_then_spmm(dev, *_to_device(x.array, y.array, z.array), out, softmax=softmax, fuse=fused)

@@ -39,14 +39,16 @@ spmm      ``hp`` elsewhere                                       balanced by non
                                                                  never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
 sddmm     ``hp`` (CPU: ``cpu_rows``)                             ("HP-SpMM and HP-SDDMM")
-fused     ``sddmm_spmm``/``graph_attention`` in one kernel       10 graphs x K = F = 32..128 (H100):
-          (rows cut into runs, merged) up to FUSE_MAX_WORK       back to back fused faster in 43 of
-          entry-columns where one warp covers the output in      44 cases up to 1e8 entry-columns,
-          one pass (:func:`fuse_pays`), else HP-SDDMM, [edge     unfused in 16 of 16 above ("Fused
-          softmax], HP-SpMM (three launches, an nnz-long         SDDMM->SpMM and attention"; the
-          intermediate: faster kernels, more launches);          unfused calls not yet replayed)
-          float16 always fused (its range cannot hold the
-          raw scores the unfused path stores)
+fused     ``sddmm_spmm``/``graph_attention`` in one kernel       10 graphs x K = F = 32..128 (H100),
+          (rows cut into runs, merged) where one warp covers     replayed: fused 1.14-1.49x faster by
+          the output in one pass and, on a replayed call, up     one call in all 24 cases up to
+          to FUSE_MAX_NNZ_REPLAYED entries, else up to           88.6k entries, unfused in 22 of 24
+          FUSE_MAX_WORK entry-columns (:func:`fuse_pays`);       from 368k; unreplayed: fused faster
+          else HP-SDDMM, [edge softmax], HP-SpMM (three          back to back in 43 of 44 up to 1e8
+          launches, an nnz-long intermediate: faster             entry-columns ("Fused SDDMM->SpMM
+          kernels, more launches); float16 always fused          and graph attention")
+          (its range cannot hold the raw scores the unfused
+          path stores)
 gcn       ``spmm_dense`` as ``spmm`` and a matmul, the matmul    10 graphs x F_in = 64..256, W
           first where W narrows the rows (:func:`matmul_first`): F_in x 64 (H100): the fused
           HC-SpMM's fused kernel only where no matmul can run    kernel 0.015-0.17x of cuSPARSE +
@@ -100,16 +102,21 @@ SLAB_MAX_L2_SHARE = 0.25
 
 
 
-#: ``fused="auto"`` fuses SDDMM->SpMM and attention up to this many entry-columns (nnz x (K + F)).
-#: By kernel time the unfused path (HP-SDDMM, [edge softmax], HP-SpMM) is faster (the fused
-#: kernel's warp walks each entry as a chain), but its call costs about 200 us of host time on
-#: the H100 host (three launches and intermediates, not replayed), which the fused kernel takes
-#: at about 2 ns per thousand entry-columns: 1e8.  Measured (10 graphs x K = F = 32..128, H100):
-#: back to back, fused faster in 43 of 44 cases at or below it (flickr attention K = 32: 0.91x),
-#: unfused 1.01-2.1x faster in all 16 above it, where by one call fused still leads in 13.
-#: Fitted before the unfused path's calls were replayed (its intermediates allocated by the
-#: replay): with less host time to cover, the unfused path should win from less work; not yet
-#: re-measured (benchmarks/NOTES.md, "Next GPU session").
+#: ``fused="auto"`` on a replayed call (repeated torch tensors, :mod:`numbasparse.replay`) fuses
+#: SDDMM->SpMM and attention up to this many stored entries.  A replayed unfused call issues its
+#: three launches for a few µs of host time, so fusing saves about 10-30 µs of launches and
+#: intermediates, while the fused kernel (its warp walks each entry as a chain) takes about twice
+#: the unfused kernels' time, an excess that grows with the entries (0.1-0.2 µs per thousand).
+#: Measured (10 graphs x K = F = 32..128, H100, BENCHMARKS.md "Fused SDDMM->SpMM and graph
+#: attention"): fused faster in all 24 cases up to 88.6k entries (1.14-1.49x one call), mixed at
+#: 201k-238k (the unfused call taking 0.85-1.32x the fused one's time), unfused faster in 22 of 24 cases from 368k entries
+#: (the fused call taking 0.97-1.72x its time).
+FUSE_MAX_NNZ_REPLAYED = 150_000
+#: ... and on a call that is never replayed (NumPy, CuPy, ``out=``), whose unfused path costs
+#: 170-400 µs of host time (validation, dispatch, three launches), up to this many entry-columns
+#: (nnz x (K + F)), where the fused kernel (about 2 ns per thousand entry-columns) takes that long.
+#: Measured (same graphs, unreplayed): back to back, fused faster in 43 of 44 cases at or below
+#: it (flickr attention K = 32: 0.91x), unfused 1.01-2.1x faster in all 16 above it.
 FUSE_MAX_WORK = 1e8
 
 #: ``Algorithm.dtypes``: every algorithm takes FULL_DTYPES; those marked ALL_DTYPES also 16-bit ones.
@@ -163,16 +170,21 @@ def _sddmm_blocked(A, X, Y, out, *, stream=0):
     tiled.sddmm_tiled(A, X, Y, out, tiled.cs267_sddmm_schedule(X.shape[1]), stream=stream)
 
 
-def fuse_pays(A, k, n_cols):
+def fuse_pays(A, k, n_cols, replayed=False):
     """True where ``fused="auto"`` runs the fused kernel on device :class:`~numbasparse.CSR` A with
-    X of ``k`` columns and an output of ``n_cols``: where its GPU time is predicted below the
-    unfused path's host time (:data:`FUSE_MAX_WORK`) and one warp covers the output row in one
-    pass (wider, the fused kernel computes every score again per pass); always for float16
-    values, whose range (65504) cannot hold the raw scores the unfused path stores in A's dtype
-    (the fused kernel keeps them in float32)."""
+    X of ``k`` columns and an output of ``n_cols``: where one warp covers the output row in one
+    pass (wider, the fused kernel computes every score again per pass) and its GPU time is
+    predicted below what the unfused path costs beyond its kernels (``replayed``: a replayed
+    call's launches, :data:`FUSE_MAX_NNZ_REPLAYED`; else a full call's host time,
+    :data:`FUSE_MAX_WORK`); always for float16 values, whose range (65504) cannot hold the raw
+    scores the unfused path stores in A's dtype (the fused kernel keeps them in float32)."""
     if np.dtype(A.dtype) == np.float16:
         return True
-    return fused.one_pass(n_cols) and A.nnz * (k + n_cols) <= FUSE_MAX_WORK
+    if not fused.one_pass(n_cols):
+        return False
+    if replayed:
+        return A.nnz <= FUSE_MAX_NNZ_REPLAYED
+    return A.nnz * (k + n_cols) <= FUSE_MAX_WORK
 
 
 def check_fused(fused):
@@ -203,16 +215,16 @@ def matmul_first(f_in, f_out):
     return f_out < f_in
 
 
-def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0, like=None):
+def sddmm_then_spmm(A, X, Y, Z, out, *, softmax, fuse, stream=0, like=None, replayed=False):
     """``out = f(A ⊙ (X Y^T)) Z`` with f the identity or the per-row softmax (graph attention).
     fuse: True for one kernel (:mod:`numbasparse.cuda.fused`), False for HP-SDDMM, [edge
     softmax], HP-SpMM with the scores as A's values (three launches and an nnz-long
     intermediate in A's dtype: 16-bit values round the scores once more), "auto" for
-    :func:`fuse_pays`'s choice.  like: the dense operand (:class:`arrays.Dense`) whose framework
+    :func:`fuse_pays`'s choice (``replayed``: the call will be replayed).  like: the dense operand (:class:`arrays.Dense`) whose framework
     allocates the intermediates (its allocator, its stream: a CUDA-graph capture sees them), else
     Numba's."""
     if fuse == "auto":
-        fuse = fuse_pays(A, X.shape[1], Z.shape[1])
+        fuse = fuse_pays(A, X.shape[1], Z.shape[1], replayed)
     if fuse:
         (fused.attention if softmax else fused.sddmm_spmm)(A, X, Y, Z, out, stream=stream)
         return

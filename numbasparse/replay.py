@@ -79,6 +79,7 @@ class _Recorder:
     and keeps its :class:`Replay` (or the count, if it cannot be replayed)."""
 
     __slots__ = ("A", "key", "seen", "recording", "observing")
+    replays = True  # (calls of this signature are replayed: dispatch.fuse_pays counts no host time)
 
     def __init__(self, A, key, seen):
         self.A, self.key, self.seen = A, key, seen
@@ -105,6 +106,8 @@ class _Recorder:
 
 class _NotRecorded:
     """``record(*views)`` of a call without a signature: nothing to do."""
+
+    replays = False
 
     def __call__(self, *views):
         return self

@@ -148,6 +148,30 @@ def test_auto_fuses_where_one_warp_covers_the_output_and_matches_both_paths(op, 
         assert_close(out.copy_to_host(), reference(A, X, Y, Z), np.float32)
 
 
+def test_auto_on_a_replayed_call_fuses_by_the_entries_and_otherwise_by_the_work(monkeypatch):
+    """A replayed call's unfused path costs a few launches (fuse up to FUSE_MAX_NNZ_REPLAYED
+    entries, whatever the widths); a full call's costs its host time (up to FUSE_MAX_WORK)."""
+    dev = ns.CSR.from_scipy(_graph((12, 9), np.random.default_rng(6)), dtype=np.float32)
+    monkeypatch.setattr(dispatch, "FUSE_MAX_WORK", dev.nnz * (8 + 6))
+    monkeypatch.setattr(dispatch, "FUSE_MAX_NNZ_REPLAYED", dev.nnz)
+    assert dispatch.fuse_pays(dev, 8, 6, replayed=True) and dispatch.fuse_pays(dev, 8, 6)
+    assert dispatch.fuse_pays(dev, 64, 200, replayed=True) and not dispatch.fuse_pays(dev, 64, 200)
+    monkeypatch.setattr(dispatch, "FUSE_MAX_NNZ_REPLAYED", dev.nnz - 1)
+    assert not dispatch.fuse_pays(dev, 8, 6, replayed=True) and dispatch.fuse_pays(dev, 8, 6)
+
+
+def test_a_call_that_is_never_replayed_chooses_fusion_by_its_host_time(monkeypatch):
+    """Numba device arrays have no replay signature: fused="auto" asks as for a full call."""
+    rng = np.random.default_rng(7)
+    A = _graph((6, 5), rng)
+    asked = []
+    pays = dispatch.fuse_pays
+    monkeypatch.setattr(dispatch, "fuse_pays", lambda *args: asked.append(args[3:]) or pays(*args))
+    X, Y, Z = (cuda.to_device(rng.standard_normal(s).astype(np.float32)) for s in ((6, 4), (5, 4), (5, 3)))
+    ns.sddmm_spmm(ns.CSR.from_scipy(A, dtype=np.float32), X, Y, Z)
+    assert asked == [(False,)]
+
+
 def test_run_length_balances_a_runs_chain_against_the_merges():
     assert fused.run_length(0) == fused.run_length(99) == fused.RUN_MIN
     assert fused.run_length(1383) == 32 and fused.run_length(5425) == 64

@@ -315,6 +315,21 @@ def test_repeated_torch_score_products_are_replayed_fused_or_not(softmax, fused,
     assert len(full) == ns.replay.REPLAY_FROM_CALL - 1
 
 
+def test_torch_score_products_choose_fusion_as_replayed_calls(monkeypatch):
+    """Repeated torch calls are replayed, so fused="auto" weighs the unfused path's launches,
+    not a full call's host time (dispatch.FUSE_MAX_NNZ_REPLAYED)."""
+    torch = pytest.importorskip("torch")
+    from numbasparse import dispatch
+
+    graph = graphs.rmat(10, 8)
+    asked = []
+    pays = dispatch.fuse_pays
+    monkeypatch.setattr(dispatch, "fuse_pays", lambda *args: asked.append(args[3:]) or pays(*args))
+    X, Y = (torch.randn(n, 24, device="cuda") for n in graph.shape)
+    ns.graph_attention(ns.CSR.from_scipy(graph), X, Y, torch.randn(graph.shape[1], 40, device="cuda"))
+    assert asked == [(True,)]
+
+
 def test_a_training_loop_replays_its_fused_forward_calls(monkeypatch):
     """numbasparse.torch keeps the forward values' matrix while the backward passes other values,
     so a training loop's forward attention is replayed from its fourth step on."""
