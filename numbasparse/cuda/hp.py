@@ -43,16 +43,19 @@ MAX_REGISTERS = 64
 #: Candidate nonzeros per warp of HP-SDDMM's DTP (paper 000 section III-B2), largest first; 16
 #: and 8 keep small graphs from being latency-bound.
 NNZ_PER_WARP = (512, 256, 128, 64, 32, 16, 8)
-#: HP-SpMM's DTP on graphs in locality order (:func:`window_nnz_per_group`): the B rows the lane
-#: groups in flight gather (one column tile of each row of their entries) kept within this
-#: share of L2, halving the DTP's nonzeros per group at most WINDOW_HALVINGS times (each halving
-#: adds GROUP_COST / p of fixed work); "in locality order": half the entries within WINDOW_ORDER
-#: of the window's rows of the diagonal (and beyond one group's rows).  Measured (H100,
-#: BENCHMARKS.md "HP-SpMM's window on ordered graphs"): an 800k-node community-ordered graph,
-#: rows of 25, N = 256: windows of 44 / 22 / 11 MB ran 1.00 / 1.20 / 1.37x (N = 128, 22 / 11 MB:
-#: 1.00 / 1.14x), the same graph in random order 0.99-1.00x; cnr-2000 (crawl order) N = 256,
-#: 33 -> 16 MB: 1.04x, and at N = 128 16 -> 8 MB lost 0.87x to the fixed cost.
-WINDOW_L2_SHARE, WINDOW_ORDER, WINDOW_HALVINGS = 1 / 3, 1 / 16, 2
+#: The DTP on graphs in locality order (:func:`window_nnz`): the rows of B (SpMM: one column tile
+#: of each; SDDMM: of X and Y) that the lane groups in flight gather kept within this share of
+#: L2, halving the DTP's nonzeros per group (SpMM) or per warp (SDDMM) at most WINDOW_HALVINGS /
+#: SDDMM_WINDOW_HALVINGS times (each halving adds fixed work per group or warp); "in locality
+#: order": half the entries within WINDOW_ORDER of the window's rows of the diagonal (and beyond
+#: one group's rows).  Measured (H100, BENCHMARKS.md "HP-SpMM's window on ordered graphs"): an
+#: 800k-node community-ordered graph, rows of 25, SpMM N = 256: windows of 44 / 22 / 11 MB ran
+#: 1.00 / 1.20 / 1.37x (N = 128, 22 / 11 MB: 1.00 / 1.14x), the same graph in random order
+#: 0.99-1.00x; cnr-2000 (crawl order) N = 256, 33 -> 16 MB: 1.04x, and at N = 128 16 -> 8 MB lost
+#: 0.87x to the fixed cost.  SDDMM, whose warps' only fixed cost is finding their first row, kept
+#: gaining down to 64 nonzeros per warp: the 800k-node graph K = 64..256 1.38-1.66x at 3 halvings
+#: (random order 1.05x), cnr-2000 1.18-1.37x at 2.
+WINDOW_L2_SHARE, WINDOW_ORDER, WINDOW_HALVINGS, SDDMM_WINDOW_HALVINGS = 1 / 3, 1 / 16, 2, 3
 #: HP-SDDMM's DTP scale factor alpha: ask for at least this many full waves of blocks.
 WAVES = 2
 #: Candidate nonzeros per lane group of HP-SpMM's DTP (:func:`spmm_nnz_per_group`): 4 for graphs
@@ -193,41 +196,47 @@ def spmm_nnz_per_group(nnz, n_tiles, groups_per_warp=1):
 
 
 def window_rows(nnz_per_group, groups_per_warp, mean_row_nnz):
-    """Rows whose entries HP-SpMM's lane groups work on at once: every group slot of a full
-    wave, ``nnz_per_group`` entries each, rows of ``mean_row_nnz`` entries."""
+    """Rows whose entries the lane groups of HP's kernels work on at once: every group slot of a
+    full wave, ``nnz_per_group`` entries each, rows of ``mean_row_nnz`` entries."""
     return full_wave() * WARPS_PER_BLOCK * groups_per_warp * nnz_per_group / max(mean_row_nnz, 1.0)
 
 
-def window_nnz_per_group(A, nnz_per_group, groups_per_warp, tile_bytes):
-    """The DTP's ``nnz_per_group`` for device CSR A, halved (at most WINDOW_HALVINGS times)
-    while the B rows of the window (:func:`window_rows`, ``tile_bytes`` of each: one column
-    tile) take more than WINDOW_L2_SHARE of the L2 cache, on graphs in locality order whose
+def window_nnz(A, nnz_per_group, groups_per_warp, row_bytes, smallest, halvings):
+    """The DTP's ``nnz_per_group`` for device CSR A, halved (at most ``halvings`` times, not
+    below ``smallest``) while the dense rows of the window (:func:`window_rows`, ``row_bytes`` of
+    each) take more than WINDOW_L2_SHARE of the L2 cache, on graphs in locality order whose
     reuse crosses groups: the median distance of an entry from the diagonal above one group's
     rows and at most WINDOW_ORDER of the window's.  There the groups in flight gather the same
-    B rows, which L2 keeps only while the window fits in it.  Where entries lie within a group's
+    rows, which L2 keeps only while the window fits in it.  Where entries lie within a group's
     own rows (a road network) the group itself re-reads them at once; where they are spread
     beyond the window (random ids) no window size brings the reuse back.  Square A only: the
-    distance compares row and column ids, one node numbering in a graph; and only where B's
-    tile is larger than L2 (else L2 keeps all of it whatever the window)."""
+    distance compares row and column ids, one node numbering in a graph; and only where the
+    gathered operand is larger than L2 (else L2 keeps all of it whatever the window)."""
     mean = mean_row(A.nnz, pattern_fact(A, "nonempty_rows"))
     l2 = device.memory_system()[0]
     budget = WINDOW_L2_SHARE * l2
 
     def footprint(p):
-        return min(window_rows(p, groups_per_warp, mean), A.shape[1]) * tile_bytes
+        return min(window_rows(p, groups_per_warp, mean), A.shape[1]) * row_bytes
 
     if (footprint(nnz_per_group) <= budget or A.shape[0] != A.shape[1]  # (rows and columns: one node order)
-            or A.shape[1] * tile_bytes <= l2  # (L2 keeps all of B anyway)
-            or nnz_per_group <= min(NNZ_PER_GROUP)):
+            or A.shape[1] * row_bytes <= l2  # (L2 keeps all of it anyway)
+            or nnz_per_group <= smallest):
         return nnz_per_group
     distance = pattern_fact(A, "median_column_distance")
     if not nnz_per_group / mean < distance <= WINDOW_ORDER * window_rows(nnz_per_group, groups_per_warp, mean):
         return nnz_per_group
-    smallest = max(nnz_per_group >> WINDOW_HALVINGS, min(NNZ_PER_GROUP))
+    least = max(nnz_per_group >> halvings, smallest)
     p = nnz_per_group
-    while p > smallest and footprint(p) > budget:
+    while p > least and footprint(p) > budget:
         p //= 2
     return p
+
+
+def window_nnz_per_group(A, nnz_per_group, groups_per_warp, tile_bytes):
+    """HP-SpMM's DTP ``nnz_per_group`` for its window of B rows (one column tile of
+    ``tile_bytes`` each): :func:`window_nnz`."""
+    return window_nnz(A, nnz_per_group, groups_per_warp, tile_bytes, min(NNZ_PER_GROUP), WINDOW_HALVINGS)
 
 
 def sddmm_nnz_per_warp(nnz, group):
@@ -235,6 +244,15 @@ def sddmm_nnz_per_warp(nnz, group):
     waves where that is at least two steps of the warp's groups, else for WAVES waves."""
     npw = nnz_per_warp(nnz, waves=SDDMM_WAVES)
     return npw if npw >= 2 * (WARP // group) else nnz_per_warp(nnz)
+
+
+def sddmm_window_nnz_per_warp(A, npw, group, row_bytes):
+    """HP-SDDMM's DTP ``npw`` for its window of X and Y rows (``row_bytes`` for both of one
+    entry's: a warp's rows are read from X, their columns' from Y, near them in a graph in
+    locality order): :func:`window_nnz` with a warp as the group, at least two steps of the
+    warp's groups of ``group`` lanes."""
+    smallest = max(min(NNZ_PER_WARP), 2 * (WARP // group))
+    return window_nnz(A, npw, 1, row_bytes, smallest, SDDMM_WINDOW_HALVINGS)
 
 
 def short_rows(nnz, nonempty_rows):
@@ -937,10 +955,17 @@ def sddmm_layout(k_dim, itemsize, X, Y):
     return vec, group
 
 
+def sddmm_rules(A, k_dim, X, Y, group=None):
+    """(vec, group, nnz_per_warp) of HP-SDDMM's rules for this call (``group``: an override)."""
+    vec, rule_group = sddmm_layout(k_dim, X.dtype.itemsize, X, Y)
+    group = group or rule_group
+    return vec, group, sddmm_window_nnz_per_warp(A, sddmm_nnz_per_warp(A.nnz, group), group,
+                                                 2 * k_dim * X.dtype.itemsize)
+
+
 def _sddmm_plan(A, k_dim, X, Y, out, nnz_per_warp_override, group_override=None, skips_runs=None):
-    vec, group = sddmm_layout(k_dim, X.dtype.itemsize, X, Y)
-    group = group_override or group
-    npw = nnz_per_warp_override or sddmm_nnz_per_warp(A.nnz, group)
+    vec, group, npw = sddmm_rules(A, k_dim, X, Y, group_override)
+    npw = nnz_per_warp_override or npw
     grid = cdiv(cdiv(A.nnz, npw), WARPS_PER_BLOCK)
     if skips_runs is None:
         skips_runs = pattern_fact(A, "longest_empty_run") > WALK_PROBE

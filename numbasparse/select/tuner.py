@@ -156,7 +156,7 @@ def cache_path():
 
 #: Part of every cache key: raise it when the schedule space, a family's parameters or the way a
 #: choice is made change, so that choices made otherwise are timed again.
-SPACE_VERSION = 7
+SPACE_VERSION = 8
 
 
 def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", families=None):
@@ -351,8 +351,7 @@ def hp_rule(A, op, n_cols, dtype, reduce, operands):
         plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, *operands, None, None, None, None, None)
         return plan.nnz_per_group, plan.depth, plan.single, plan.layout
     X, Y, _ = operands
-    vec, group = hp.sddmm_layout(n_cols, np.dtype(dtype).itemsize, X, Y)
-    return vec, group, hp.sddmm_nnz_per_warp(A.nnz, group)
+    return hp.sddmm_rules(A, n_cols, X, Y)
 
 
 def resolved_hp(candidate, A, n_cols, reduce, rule, operands):

@@ -450,6 +450,26 @@ def test_spmm_dtp_shrinks_the_window_of_an_ordered_graph_to_fit_l2(monkeypatch):
     assert hp.window_nnz_per_group(dev, 512, 1, tile_bytes) == 512
 
 
+def test_sddmm_dtp_shrinks_the_window_of_an_ordered_graph_to_fit_l2(monkeypatch):
+    """HP-SDDMM's nonzeros per warp are halved as HP-SpMM's groups are, at most
+    SDDMM_WINDOW_HALVINGS times and never below two steps of the warp's lane groups; a shuffled
+    copy of the graph keeps the DTP's count."""
+    monkeypatch.setattr(device, "device_limits", lambda: (132, 2048, 65536))
+    monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
+    n, half_band = 200_000, 40
+    band = sp.diags([1.0] * (2 * half_band + 1), list(range(-half_band, half_band + 1)), shape=(n, n), format="csr")
+    shuffled = sp.csr_matrix(band[np.random.default_rng(0).permutation(n)])
+    row_bytes = 2 * 64 * 4  # a row of X and one of Y, K = 64
+    for A, capped in ((band, True), (shuffled, False)):
+        dev = CSR.from_scipy(A.astype(np.float32))
+        assert hp.sddmm_window_nnz_per_warp(dev, 512, 8, row_bytes) == (512 >> hp.SDDMM_WINDOW_HALVINGS if capped
+                                                                        else 512)
+    dev = CSR.from_scipy(band.astype(np.float32))
+    assert hp.sddmm_window_nnz_per_warp(dev, 64, 2, row_bytes) == 32  # (16 groups of 2 lanes: two steps)
+    monkeypatch.setattr(device, "memory_system", lambda: (1 << 40, 3.35e12))  # the window fits: unchanged
+    assert hp.sddmm_window_nnz_per_warp(dev, 512, 8, row_bytes) == 512
+
+
 def test_spmm_hp_takes_per_call_values_in_place_of_as():
     """``values`` replace A's for one call (the unfused SDDMM -> SpMM's scores); A's own values
     are untouched, and values of another length are refused by name."""
