@@ -12,10 +12,18 @@ def view(shape, ptr, typestr="<f4"):
     return DeviceView(None, {"shape": shape, "typestr": typestr, "data": (ptr, False), "version": 3})
 
 
+def compiled_kernel(argument_types, handle=1234):
+    """A stand-in for a dispatcher's compiled overload: what a fast launch reads of it."""
+    return SimpleNamespace(_codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle=handle)),
+                           argument_types=tuple(argument_types))
+
+
 def stand_in_driver(monkeypatch):
-    """Replaces the driver calls of :mod:`numbasparse.cuda.launch`; ``calls`` holds (function,
-    grid, block, stream, slot values), ``fast`` is a fast launch of a kernel taking (int32[:],
-    float32[:, :], float32[:, :], int64, float32) made from ``compiled``."""
+    """Replaces the driver calls of :mod:`numbasparse.cuda.launch` and gives it an empty
+    fast-launch table; ``calls`` holds (function, grid, block, stream, slot values), ``fast``
+    is a fast launch of a kernel taking (int32[:], float32[:, :], float32[:, :], int64,
+    float32) made from ``compiled`` (a launch records as many slots as ``fast`` has, so a
+    stand-in kernel of another signature keeps its layout)."""
     calls = []
 
     def cu_launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
@@ -30,10 +38,9 @@ def stand_in_driver(monkeypatch):
 
     monkeypatch.setattr(launch, "_driver", lambda: (cu_launch_kernel, cu_memset_d8_async))
     monkeypatch.setattr(launch, "one_device", lambda: True)  # one stand-in GPU, also on a host with several
-    compiled = SimpleNamespace(
-        _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle=1234)),
-        argument_types=(types.Array(types.int32, 1, "C"), types.Array(types.float32, 2, "C"),
-                        types.Array(types.float32, 2, "C"), types.int64, types.float32))
+    monkeypatch.setattr(launch, "_fast_launch", {})
+    compiled = compiled_kernel((types.Array(types.int32, 1, "C"), types.Array(types.float32, 2, "C"),
+                                types.Array(types.float32, 2, "C"), types.int64, types.float32))
     fast = launch._FastLaunch(compiled)
     fast.n_slots = len(fast.slots)
     return SimpleNamespace(calls=calls, fast=fast, compiled=compiled)

@@ -18,7 +18,7 @@ def driver(monkeypatch):
 def bound_kernel(driver, monkeypatch, args, variable=(1, 2)):
     """A kernel with the stand-in fast launch and a cache holding its bound launch under "k"."""
     kernel = object()
-    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    monkeypatch.setitem(launch._fast_launch, kernel, (driver.fast,))
     cache = MatrixCache()
     cache.put("bound", "k", launch.bind(kernel, (7, 2), 64, args, variable))
     return kernel, cache
@@ -80,7 +80,7 @@ def test_a_call_signature_is_replayed_from_its_replay_from_call_th_call(driver, 
     monkeypatch.setattr(replay, "one_device", lambda: True)  # (the signature names no GPU)
     A = SimpleNamespace(cache=MatrixCache())
     kernel = object()
-    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    monkeypatch.setitem(launch._fast_launch, kernel, (driver.fast,))
     idx = view((5,), 4096, "<i4")
 
     def full_call(record):

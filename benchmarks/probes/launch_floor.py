@@ -33,7 +33,7 @@ x = cuda.device_array(16, np.float32)
 arrays = [cuda.device_array((16, 16), np.float32) for _ in range(5)]
 launch.run(empty, 1, 32, 0, x)
 launch.run(many, 1, 32, 0, *arrays, 3)
-entry = launch._fast_launch[empty]
+entry = launch._fast_launch[empty][0]
 _, memset = launch._driver()
 handle = entry.function
 entry.slots[:] = launch.kernel_abi(x)[1]

@@ -203,7 +203,7 @@ def merge_runs_kernel(value_dtype, softmax):
 @launch.kernel_factory
 def edge_softmax_kernel(value_dtype, index_dtype):
     """Compile-once factory of the per-row softmax over stored values (unfused attention), one
-    per index width (``index_dtype``: one compiled signature per kernel, so each binds).
+    per index width (``index_dtype``: as HP-SpMM's factory, one dispatcher per width).
 
     Thread mapping: one warp per row; lanes stride over the row's entries for the maximum,
     then the sum of exponentials (shuffle reductions), then write ``exp(v - max) / sum``.

@@ -3,13 +3,15 @@
 Every kernel of every family is launched here, through one of two calls:
 
 - :func:`run` launches ``kernel[grid, block, stream](*args)``.  Numba's own launch re-types every
-  argument and wraps every array on each call (30-40 us from Python on an H100), so once a
-  kernel has exactly one compiled signature, ``run`` writes the arguments itself, in Numba's
-  kernel ABI, into a parameter buffer kept per kernel and calls the driver's ``cuLaunchKernel``
-  (about 6 us, BENCHMARKS.md "Host time per call"); with several GPUs, one buffer per kernel
-  and GPU (each context loads its own module).  It falls back to Numba's launch on the
-  simulator, when an argument does not match, and after a driver error (Numba's launch then
-  sets up or reports what was wrong).
+  argument and wraps every array on each call (30-40 us from Python on an H100), so once
+  Numba's launch has compiled a kernel for the arguments' types, ``run`` writes the arguments
+  itself, in Numba's kernel ABI, into a parameter buffer kept per compiled signature of the
+  kernel (the one whose arrays the arguments match) and calls the driver's ``cuLaunchKernel``
+  (about 6 us, BENCHMARKS.md "Host time per call"); with several GPUs, one buffer per
+  signature and GPU (each context loads its own module).  It falls back to Numba's launch on
+  the simulator, when an argument does not match, for signatures that differ only in scalar
+  types (Numba then chooses), and after a driver error (Numba's launch then sets up or
+  reports what was wrong).
 - :func:`run_bound` is ``run`` for launches repeated on one matrix: from a key's second call on,
   the arguments are packed once (a :class:`BoundLaunch`, kept in the matrix's cache) and a
   call writes only the data pointers of the operands that change.
@@ -46,8 +48,8 @@ ISSUE_LOCK = threading.RLock()
 def kernel_factory(factory):
     """Decorator of a compile-once kernel factory: one dispatcher per configuration (the
     factory's arguments, defaults filled in, so that every way of passing them gives the same
-    kernel), made on first use and kept for the process (the fast launch needs one compiled
-    signature per dispatcher).  A kernel it makes keeps what it compiles on disk
+    kernel), made on first use and kept for the process (the fast launch keeps a parameter
+    buffer per compiled signature of it).  A kernel it makes keeps what it compiles on disk
     (:class:`KernelFiles`), so the next process loads instead of compiling."""
     name = f"{factory.__module__.rsplit('.', 1)[-1]}.{factory.__name__}"
     signature = inspect.signature(factory)
@@ -282,7 +284,10 @@ def intermediate(array):
 
 # Launching ----------------------------------------------------------------------------------
 
-_fast_launch = {}  # dispatcher (and GPU, with several) -> _FastLaunch, once it has one signature
+#: dispatcher (and GPU, with several) -> its compiled overloads' _FastLaunch, in compile order
+#: (:func:`_register`)
+_fast_launch = {}
+_REGISTERING = threading.Lock()  # one thread at a time adds a dispatcher's new overloads
 
 
 def _fast_key(kernel):
@@ -294,14 +299,34 @@ def run(kernel, grid, block, stream, *args):
     observer = getattr(_observer, "current", None)
     if observer is not None:
         observer.unbound()
-    key = _fast_key(kernel)
-    entry = _fast_launch.get(key)
-    if entry is not None and entry.launch(grid, block, stream, args):
-        return
+    entry = _fast_launch.get(_fast_key(kernel), ())
+    for fast in entry:
+        if fast.launch(grid, block, stream, args):
+            return
     kernel[grid, block, stream](*args)
-    if entry is None and _driver() is not None and len(kernel.overloads) == 1:
-        # (keyed again: Numba's launch gives a thread with no context the current GPU's)
-        _fast_launch.setdefault(_fast_key(kernel), _FastLaunch(next(iter(kernel.overloads.values()))))
+    if _driver() is not None and len(kernel.overloads) > len(entry):
+        _register(kernel)
+
+
+def _register(kernel):
+    """Give each compiled overload of the dispatcher ``kernel`` its fast launch on the current
+    GPU, keeping those it has (and their failure counts)."""
+    key = _fast_key(kernel)  # keyed again: Numba's launch gives a thread with no context the current GPU's
+    with _REGISTERING:
+        known = {fast.signature: fast for fast in _fast_launch.get(key, ())}
+        overloads = list(kernel.overloads.values())
+        arrays = [_array_kinds(compiled.argument_types) for compiled in overloads]
+        # pack tells overloads apart by their arrays only (scalars match loosely): those alike are Numba's to pick
+        _fast_launch[key] = tuple(known.get(tuple(compiled.argument_types)) or _FastLaunch(compiled)
+                                  for compiled, kinds in zip(overloads, arrays) if arrays.count(kinds) == 1)
+
+
+def _array_kinds(argument_types):
+    """Per argument, (dtype, ndim) of a C-contiguous array, None for anything else."""
+    from numba.core import types
+
+    return tuple((ty.dtype, ty.ndim) if isinstance(ty, types.Array) and ty.layout == "C" else None
+                 for ty in argument_types)
 
 
 def run_bound(cache, key, kernel, grid, block, stream, args, variable):
@@ -326,14 +351,15 @@ def run_bound(cache, key, kernel, grid, block, stream, args, variable):
 
 def bind(kernel, grid, block, args, variable):
     """A :class:`BoundLaunch` of ``kernel[grid, block](*args)`` whose arguments at the indices
-    ``variable`` change from call to call, or None where the fast launch is unavailable (the
-    simulator, a kernel not yet launched once through :func:`run` on the current GPU, arguments
-    it cannot pack)."""
-    fast = _fast_launch.get(_fast_key(kernel))
-    values = fast.pack(args) if fast is not None and fast.enabled else None
-    if values is None:
-        return None
-    return BoundLaunch(fast, grid, block, values, variable, args)
+    ``variable`` change from call to call, made from the fast launch of the compiled overload
+    that packs ``args``; None where there is none (the simulator, an overload compiled since
+    the kernel's last launch through :func:`run` on the current GPU, overloads that differ only
+    in scalar types, arguments it cannot pack)."""
+    for fast in _fast_launch.get(_fast_key(kernel), ()):
+        values = fast.pack(args) if fast.enabled else None
+        if values is not None:
+            return BoundLaunch(fast, grid, block, values, variable, args)
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -352,10 +378,11 @@ def _driver():
 
 
 class _FastLaunch:
-    """The parameter buffer of one compiled kernel.  Numba's ABI passes an array as the
-    fields meminfo, parent, nitems, itemsize, data pointer, shape..., strides... (one kernel
-    parameter each) and a scalar as its C value; every parameter here gets an 8-byte slot,
-    and the driver gets the slots' addresses (``kernelParams``)."""
+    """The parameter buffer of one compiled kernel (one overload of a dispatcher, whose
+    argument types are ``signature``).  Numba's ABI passes an array as the fields meminfo,
+    parent, nitems, itemsize, data pointer, shape..., strides... (one kernel parameter each)
+    and a scalar as its C value; every parameter here gets an 8-byte slot, and the driver gets
+    the slots' addresses (``kernelParams``)."""
 
     def __init__(self, compiled):
         from numba.core import types
@@ -366,6 +393,7 @@ class _FastLaunch:
         # current GPU's, and with several GPUs a call elsewhere is refused (Numba's launch then).
         self.function = int(compiled._codelibrary.get_cufunc().handle)
         self.gpu = None if one_device() else current_gpu()
+        self.signature = tuple(compiled.argument_types)
         self.kinds = []
         n_slots = 0
         for ty in compiled.argument_types:

@@ -3,10 +3,12 @@
 import numpy as np
 import pytest
 
+from numba.core import types
+
 from numbasparse.arrays import DeviceView
 from numbasparse.cache import MatrixCache
 from numbasparse.cuda import launch
-from fakes import stand_in_driver, view
+from fakes import compiled_kernel, stand_in_driver, view
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def test_launch_refuses_arguments_of_another_type(driver):
 
 def test_bound_launch_writes_only_the_new_pointers(driver, monkeypatch):
     kernel = object()
-    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    monkeypatch.setitem(launch._fast_launch, kernel, (driver.fast,))
     idx = view((5,), 4096, "<i4")
     bound = launch.bind(kernel, (7, 2), 64, (idx, view((4, 3), 8192), view((4, 3), 16384), 9, 1.0),
                         variable=(1, 2))
@@ -48,7 +50,7 @@ def test_bound_launch_writes_only_the_new_pointers(driver, monkeypatch):
                          ids=["shape", "dtype", "host array"])
 def test_bound_launch_refuses_an_array_unlike_the_bound_one(driver, monkeypatch, other):
     kernel = object()
-    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    monkeypatch.setitem(launch._fast_launch, kernel, (driver.fast,))
     args = (view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384), 9, 1.0)
     bound = launch.bind(kernel, 1, 32, args, variable=(1, 2))
     assert not bound(0, other, view((4, 3), 1 << 21))
@@ -61,7 +63,7 @@ def test_bind_without_a_fast_launch_gives_none():
 
 def test_run_bound_binds_at_the_second_call(driver, monkeypatch):
     kernel = object()
-    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    monkeypatch.setitem(launch._fast_launch, kernel, (driver.fast,))
     cache = MatrixCache()
     idx = view((5,), 4096, "<i4")
     for call in range(3):
@@ -70,6 +72,88 @@ def test_run_bound_binds_at_the_second_call(driver, monkeypatch):
         assert isinstance(cache.get("bound", "k"), launch.BoundLaunch) == (call >= 1)
         assert driver.calls[-1][4][7 + 4] == 8192 * (call + 1)  # B's data pointer of this call
     assert len(driver.calls) == 3
+
+
+class Dispatcher:
+    """A stand-in Numba dispatcher: its compiled overloads (in compile order, overload i's
+    function handle 1000 + i) and the arguments of each launch through Numba."""
+
+    def __init__(self, *signatures):
+        self.overloads, self.numba_launches = {}, []
+        for argument_types in signatures:
+            self.compile(argument_types)
+
+    def compile(self, argument_types):
+        self.overloads[argument_types] = compiled_kernel(argument_types, handle=1000 + len(self.overloads))
+
+    def __getitem__(self, config):
+        return lambda *args: self.numba_launches.append(args)
+
+
+def signature(index=types.int32, scalar=types.float32):
+    """The stand-in fast launch's signature with another index width or scalar type."""
+    matrix = types.Array(types.float32, 2, "C")
+    return types.Array(index, 1, "C"), matrix, matrix, types.int64, scalar
+
+
+def arguments(index="<i4", scalar=0.5):
+    return view((5,), 4096, index), view((4, 3), 8192), view((4, 3), 16384), 9, scalar
+
+
+def test_a_dispatcher_with_two_index_widths_fast_launches_both(driver):
+    """Both compiled before the first launch: after Numba's, each width launches through its own
+    parameter buffer, and each binds."""
+    kernel = Dispatcher(signature(types.int32), signature(types.int64))
+    narrow, wide = arguments("<i4"), arguments("<i8")
+    for args in (narrow, narrow, wide):
+        launch.run(kernel, 2, 32, 0, *args)
+    assert kernel.numba_launches == [narrow]
+    assert [(function, slots[3]) for function, *_, slots in driver.calls] == [(1000, 4), (1001, 8)]  # index itemsize
+    first, second = launch._fast_launch[kernel]
+    assert first.params_address != second.params_address
+    assert launch.bind(kernel, 2, 32, narrow, (1, 2)).fast is first
+    assert launch.bind(kernel, 2, 32, wide, (1, 2)).fast is second
+
+
+def test_an_index_width_compiled_after_the_first_fast_launch_gets_its_own(driver):
+    """The int32 kernel's fast launch is kept (with its failure count); the int64 one launches
+    through Numba once, then fast, and binds."""
+    kernel = Dispatcher(signature(types.int32))
+    narrow, wide = arguments("<i4"), arguments("<i8")
+    launch.run(kernel, 2, 32, 0, *narrow)
+    (first,) = launch._fast_launch[kernel]
+    kernel.compile(signature(types.int64))  # as Numba's launch of the int64 call does
+    cache = MatrixCache()
+    for _ in range(3):
+        launch.run_bound(cache, "wide", kernel, 2, 32, 0, wide, (1, 2))
+    assert kernel.numba_launches == [narrow, wide]
+    assert [function for function, *_ in driver.calls] == [1001, 1001]
+    assert launch._fast_launch[kernel][0] is first
+    assert cache.get("bound", "wide").fast is launch._fast_launch[kernel][1]
+
+
+def test_overloads_differing_only_in_a_scalar_type_take_numbas_launch(driver):
+    """pack matches a scalar loosely, so it could pick another overload than Numba would."""
+    kernel = Dispatcher(signature(scalar=types.float32), signature(scalar=types.float64))
+    args = arguments()
+    launch.run(kernel, 2, 32, 0, *args)
+    launch.run(kernel, 2, 32, 0, *args)
+    assert kernel.numba_launches == [args, args] and driver.calls == []
+    assert launch.bind(kernel, 2, 32, args, (1, 2)) is None
+
+
+def test_an_overload_alike_in_arrays_compiled_later_ends_the_fast_launch_of_both(driver):
+    """The float32 kernel launched fast until a float64 one came; other index widths keep theirs."""
+    kernel = Dispatcher(signature(scalar=types.float32))
+    narrow, wide = arguments("<i4"), arguments("<i8")
+    launch.run(kernel, 2, 32, 0, *narrow)
+    kernel.compile(signature(scalar=types.float64))
+    kernel.compile(signature(types.int64))
+    launch.run(kernel, 2, 32, 0, *wide)  # Numba's launch, after which the table is made again
+    launch.run(kernel, 2, 32, 0, *narrow)
+    launch.run(kernel, 2, 32, 0, *wide)
+    assert kernel.numba_launches == [narrow, wide, narrow]
+    assert [function for function, *_ in driver.calls] == [1002]
 
 
 def test_a_driver_error_sends_only_that_call_to_numba(driver, monkeypatch):
@@ -95,7 +179,7 @@ def test_a_driver_error_in_a_bound_launch_goes_to_numba_once(driver, monkeypatch
             return lambda *args: numba_launches.append((config, args))
 
     kernel = Kernel()
-    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    monkeypatch.setitem(launch._fast_launch, kernel, (driver.fast,))
     args = (view((5,), 4096, "<i4"), view((4, 3), 8192), view((4, 3), 16384), 9, 1.0)
     cache = MatrixCache()
     cache.put("bound", "k", launch.bind(kernel, 2, 32, args, variable=(1, 2)))
@@ -109,7 +193,7 @@ def test_a_driver_error_in_a_bound_launch_goes_to_numba_once(driver, monkeypatch
 def test_a_bound_launch_holds_its_fixed_arguments(driver, monkeypatch):
     """The scratch or matrix arrays a bound launch points to live as long as it does."""
     kernel = object()
-    monkeypatch.setitem(launch._fast_launch, kernel, driver.fast)
+    monkeypatch.setitem(launch._fast_launch, kernel, (driver.fast,))
     idx = view((5,), 4096, "<i4")
     bound = launch.bind(kernel, 1, 32, (idx, view((4, 3), 8192), view((4, 3), 16384), 9, 1.0), variable=(1, 2))
     assert bound.fixed[0] is idx and len(bound.fixed) == 3
