@@ -214,6 +214,25 @@ def test_torch_operands_compile_for_contiguous_arrays_and_take_the_fast_launch()
 
 
 
+def test_hp_sddmm_of_both_index_widths_binds_each_on_one_dispatcher():
+    """HP-SDDMM's kernel is one dispatcher for int32 and int64 indices: each width gets its own
+    fast launch, and repeated calls of either are bound (then replayed)."""
+    torch = pytest.importorskip("torch")
+    from numbasparse.cuda import launch
+
+    graph = graphs.rmat(9, 8)
+    X, Y = (torch.randn(n, 32, device="cuda") for n in graph.shape)
+    kernels = set()
+    for index_dtype in (np.int32, np.int64):
+        A = ns.CSR.from_scipy(graph, index_dtype=index_dtype)
+        for _ in range(ns.replay.REPLAY_FROM_CALL + 1):
+            out = ns.sddmm(A, X, Y)
+        assert_close(out.cpu().numpy(), sddmm_reference(graph, X.cpu().numpy(), Y.cpu().numpy()), np.float32)
+        assert replays(A) == 1
+        kernels |= {plan[0] for key, plan in A.cache.sections["plans"].items() if isinstance(key, tuple) and key[0] == "sddmm_hp"}
+    (kernel,) = kernels
+    assert len(launch._fast_launch[launch._fast_key(kernel)]) == 2
+
 def replays(A):
     """Replays kept in A's cache."""
     return sum(isinstance(entry, ns.replay.Replay) for entry in A.cache.sections["replays"].values())
