@@ -52,9 +52,10 @@ NNZ_PER_WARP = (512, 256, 128, 64, 32, 16, 8)
 #: 800k-node community-ordered graph, rows of 25, SpMM N = 256: windows of 44 / 22 / 11 MB ran
 #: 1.00 / 1.20 / 1.37x (N = 128, 22 / 11 MB: 1.00 / 1.14x), the same graph in random order
 #: 0.99-1.00x; cnr-2000 (crawl order) N = 256, 33 -> 16 MB: 1.04x, and at N = 128 16 -> 8 MB lost
-#: 0.87x to the fixed cost.  SDDMM, whose warps' only fixed cost is finding their first row, kept
-#: gaining down to 64 nonzeros per warp: the 800k-node graph K = 64..256 1.38-1.66x at 3 halvings
-#: (random order 1.05x), cnr-2000 1.18-1.37x at 2.
+#: 0.87x to the fixed cost.  SDDMM, whose warps' only fixed cost is finding their first row, gains
+#: from more halvings ("HP-SDDMM's window on ordered graphs"): the rule's counts ran the 800k-node
+#: graph at K = 64..256 1.38-1.66x faster, cnr-2000 and its directed copy 1.09-1.45x, each the
+#: fastest count timed or within 5% of it (random order: 1.04-1.06x from any smaller count).
 WINDOW_L2_SHARE, WINDOW_ORDER, WINDOW_HALVINGS, SDDMM_WINDOW_HALVINGS = 1 / 3, 1 / 16, 2, 3
 #: HP-SDDMM's DTP scale factor alpha: ask for at least this many full waves of blocks.
 WAVES = 2
