@@ -81,7 +81,7 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
                 hp.precompile_variants(A, *_kernel_operands(A, B, X), reduce)
         api.sddmm(A, X, B)
         if A.shape[0] == A.shape[1]:
-            for fuse in (True, False):  # fused="auto" takes either by the work (dispatch.fuse_pays)
+            for fuse in (True, False):  # fused="auto" takes either by the graph (dispatch.fuse_pays)
                 api.graph_attention(A, X, X, X, fused=fuse)
                 api.sddmm_spmm(A, X, X, X, fused=fuse)
     cuda.synchronize()
