@@ -102,19 +102,21 @@ SLAB_MAX_L2_SHARE = 0.25
 
 
 
-#: ``fused="auto"`` on a replayed call (repeated torch tensors, :mod:`numbasparse.replay`) fuses
-#: SDDMM->SpMM and attention up to this many stored entries.  A replayed unfused call issues its
-#: three launches for a few µs of host time, so fusing saves about 10-30 µs of launches and
-#: intermediates, while the fused kernel (its warp walks each entry as a chain) takes about twice
-#: the unfused kernels' time, an excess that grows with the entries (0.1-0.2 µs per thousand).
-#: Measured (10 graphs x K = F = 32..128, H100, BENCHMARKS.md "Fused SDDMM->SpMM and graph
-#: attention"): fused faster in all 24 cases up to 88.6k entries (1.14-1.49x one call), mixed at
-#: 201k-238k (the unfused call taking 0.85-1.32x the fused one's time), unfused faster in 22 of 24 cases from 368k entries
-#: (the fused call taking 0.97-1.72x its time).
+#: ``fused="auto"`` on a repeated call (a torch call whose signature was seen before: replayed
+#: from its :data:`numbasparse.replay.REPLAY_FROM_CALL`-th call) fuses SDDMM->SpMM and attention
+#: up to this many stored entries.  A replayed unfused call issues its three launches for a few
+#: µs of host time, so fusing saves 10-45 µs of launches and intermediates (one call), while the
+#: fused kernel (its warp walks each entry as a chain) takes 0.99-2.4x the unfused kernels' time
+#: (geomean 1.5x), an excess of about 0.1 µs per thousand entries.  Measured (10 graphs x
+#: K = F = 32..128, H100, BENCHMARKS.md "Fused SDDMM->SpMM and graph attention"): fused faster
+#: in all 24 cases up to 88.6k entries (1.14-1.49x one call), mixed at 201k-238k (the unfused
+#: call taking 0.85-1.32x the fused one's time), unfused faster in 22 of 24 cases from 368k
+#: entries (the fused call taking 0.97-1.72x its time).
 FUSE_MAX_NNZ_REPLAYED = 150_000
-#: ... and on a call that is never replayed (NumPy, CuPy, ``out=``), whose unfused path costs
-#: 170-400 µs of host time (validation, dispatch, three launches), up to this many entry-columns
-#: (nnz x (K + F)), where the fused kernel (about 2 ns per thousand entry-columns) takes that long.
+#: ... and on a signature's first call and on calls never replayed (NumPy, CuPy, ``out=``, a
+#: matrix made for one call), whose unfused path costs 170-400 µs of host time (validation,
+#: dispatch, three launches), up to this many entry-columns (nnz x (K + F)), where the fused
+#: kernel (about 2 ns per thousand entry-columns) takes that long.
 #: Measured (same graphs, unreplayed): back to back, fused faster in 43 of 44 cases at or below
 #: it (flickr attention K = 32: 0.91x), unfused 1.01-2.1x faster in all 16 above it.
 FUSE_MAX_WORK = 1e8
@@ -174,8 +176,8 @@ def fuse_pays(A, k, n_cols, replayed=False):
     """True where ``fused="auto"`` runs the fused kernel on device :class:`~numbasparse.CSR` A with
     X of ``k`` columns and an output of ``n_cols``: where one warp covers the output row in one
     pass (wider, the fused kernel computes every score again per pass) and its GPU time is
-    predicted below what the unfused path costs beyond its kernels (``replayed``: a replayed
-    call's launches, :data:`FUSE_MAX_NNZ_REPLAYED`; else a full call's host time,
+    predicted below what the unfused path costs beyond its kernels (``replayed``, a repeated
+    call: its launches, :data:`FUSE_MAX_NNZ_REPLAYED`; else a full call's host time,
     :data:`FUSE_MAX_WORK`); always for float16 values, whose range (65504) cannot hold the raw
     scores the unfused path stores in A's dtype (the fused kernel keeps them in float32)."""
     if np.dtype(A.dtype) == np.float16:

@@ -79,11 +79,18 @@ class _Recorder:
     and keeps its :class:`Replay` (or the count, if it cannot be replayed)."""
 
     __slots__ = ("A", "key", "seen", "recording", "observing")
-    replays = True  # (calls of this signature are replayed: dispatch.fuse_pays counts no host time)
 
     def __init__(self, A, key, seen):
         self.A, self.key, self.seen = A, key, seen
         self.recording = self.observing = None
+
+    @property
+    def replays(self):
+        """Whether this is a repeated call, which is replayed from its signature's
+        REPLAY_FROM_CALL-th call on (where the driver's launch is there to replay with): what
+        :func:`numbasparse.dispatch.fuse_pays` weighs.  A signature's first call is not (a matrix
+        made for one call, e.g. a new minibatch, is never replayed)."""
+        return self.seen >= 2 and launch.fast_launch_available()  # (seen counts this call)
 
     def __call__(self, *views):
         if self.seen >= REPLAY_FROM_CALL - 1:

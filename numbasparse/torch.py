@@ -76,6 +76,7 @@ class Graph:
                            True: (t_indptr, self._rows[self._to_transposed], self.shape[::-1])}
         self._host_patterns = {}
         self.values = values.detach().to(device, dtype).clone()  # never the caller's memory (it may be learned)
+        self._cast_values = {}  # autocast dtype -> (the values' identity and version, their cast)
         self._device_csr = {}
         self._with_values = {}
         self.key = f"graph{next(_IDS)}"  # how the custom ops name this graph (a string: a constant to torch.compile)
@@ -167,16 +168,31 @@ def _check(graph, **operands):
             raise TypeError(f"{name} must have dtype float32, float64, float16 or bfloat16, got {x.dtype}")
 
 
-def _autocast(*tensors):
-    """The operands as ``torch.autocast`` would pass them to a matmul: where autocast is on for
-    their device, float32 and 16-bit ones in the autocast dtype (float64 ones stay: as cuBLAS
-    ops under autocast, an explicit float64 is kept).  The casts are torch ops, so gradients
-    flow back in each operand's own dtype."""
-    device_type = next(t for t in tensors if t is not None).device.type
+def _autocast(graph, *tensors):
+    """The dense operands and, last, the edge values (None: ``graph.values``) as
+    ``torch.autocast`` would pass them to a matmul: where autocast is on for their device,
+    float32 and 16-bit ones in the autocast dtype (float64 ones stay: as cuBLAS ops under
+    autocast, an explicit float64 is kept).  The casts are torch ops, so gradients flow back in
+    each operand's own dtype.  The graph's own values, when no gradient flows to them, are cast
+    once per dtype while they are unchanged: a new cast each step would give each step a new
+    matrix, whose calls are never bound or replayed."""
+    *dense, values = tensors
+    own = values is None
+    values = graph.values if own else values
+    device_type = next(t for t in dense if t is not None).device.type
     if not torch.is_autocast_enabled(device_type):
-        return tensors
+        return (*dense, values)
     dtype = torch.get_autocast_dtype(device_type)
-    return tuple(t.to(dtype) if t is not None and t.dtype in _AUTOCAST_FROM else t for t in tensors)
+    dense = [t.to(dtype) if t is not None and t.dtype in _AUTOCAST_FROM else t for t in dense]
+    if values.dtype not in _AUTOCAST_FROM or values.dtype == dtype:
+        return (*dense, values)
+    if not own or values.requires_grad:
+        return (*dense, values.to(dtype))
+    key = (dtype, values.data_ptr(), values._version)  # (values reassigned or changed in place: cast again)
+    cast = graph._cast_values.get(dtype)
+    if cast is None or cast[0] != key:
+        cast = graph._cast_values[dtype] = (key, values.to(dtype))
+    return (*dense, cast[1])
 
 
 # Each operation exists twice, with one forward, one setup and one backward: as a torch custom op
@@ -445,7 +461,7 @@ def spmm(graph, B, values=None, *, reduce="sum"):
     Multi-head: B of shape (K, heads, F) with values of shape (nnz, heads) (or (nnz,), shared by
     the heads) gives C of shape (M, heads, F), head h computed with values[:, h] and B[:, h]."""
     _check(graph, B=B, values=values)
-    B, values = _autocast(B, graph.values if values is None else values)
+    B, values = _autocast(graph, B, values)
     if B.dim() == 3:
         values = _values(graph, values, B, heads=B.shape[1])
         return _per_head(lambda v, b: spmm(graph, b.contiguous(), v.contiguous(), reduce=reduce), values, B)
@@ -463,7 +479,7 @@ def sddmm(graph, X, Y, values=None):
     """``values ⊙ <X_i, Y_j>`` per stored entry (a tensor in the pattern's entry order).
     Multi-head: X (M, heads, D) and Y (N, heads, D) give scores of shape (nnz, heads)."""
     _check(graph, X=X, Y=Y, values=values)
-    X, Y, values = _autocast(X, Y, graph.values if values is None else values)
+    X, Y, values = _autocast(graph, X, Y, values)
     if X.dim() != Y.dim() or (X.dim() == 3 and X.shape[1] != Y.shape[1]):
         raise ValueError(f"X and Y must both be 2-D, or both 3-D with the same number of heads; got shapes "
                          f"{tuple(X.shape)} and {tuple(Y.shape)}")
@@ -477,7 +493,7 @@ def sddmm_spmm(graph, X, Y, Z, values=None):
     """``(A ⊙ (X Y^T)) Z`` (forward fused where it pays: ``ns.sddmm_spmm(fused="auto")``);
     differentiable in X, Y, Z, values."""
     _check(graph, X=X, Y=Y, Z=Z, values=values)
-    X, Y, Z, values = _autocast(X, Y, Z, graph.values if values is None else values)
+    X, Y, Z, values = _autocast(graph, X, Y, Z, values)
     return _run("scores_times", _values(graph, values, X), X, Y, Z, graph._rows, graph.key, False)
 
 
@@ -485,7 +501,7 @@ def graph_attention(graph, Q, K, V, values=None):
     """``softmax_row(A ⊙ (Q K^T)) V`` (forward fused where it pays, with an online softmax:
     ``ns.graph_attention(fused="auto")``); differentiable in all."""
     _check(graph, Q=Q, K=K, V=V, values=values)
-    Q, K, V, values = _autocast(Q, K, V, graph.values if values is None else values)
+    Q, K, V, values = _autocast(graph, Q, K, V, values)
     return _run("scores_times", _values(graph, values, Q), Q, K, V, graph._rows, graph.key, True)
 
 

@@ -39,6 +39,7 @@ def stand_in_driver(monkeypatch):
     monkeypatch.setattr(launch, "_driver", lambda: (cu_launch_kernel, cu_memset_d8_async))
     monkeypatch.setattr(launch, "one_device", lambda: True)  # one stand-in GPU, also on a host with several
     monkeypatch.setattr(launch, "_fast_launch", {})
+    monkeypatch.setattr(launch, "_registered", {})
     compiled = compiled_kernel((types.Array(types.int32, 1, "C"), types.Array(types.float32, 2, "C"),
                                 types.Array(types.float32, 2, "C"), types.int64, types.float32))
     fast = launch._FastLaunch(compiled)

@@ -98,6 +98,33 @@ def test_a_call_signature_is_replayed_from_its_replay_from_call_th_call(driver, 
     assert driver.calls[-1][4][7 + 4] == 8192 + 1024  # the replayed launch got the new B
 
 
+def test_a_signatures_calls_after_its_first_are_known_to_be_replayed(driver, monkeypatch):
+    """What fused="auto" weighs (record.replays): a first call's host time, a repeated call's
+    launches; a call without a signature is never replayed."""
+    monkeypatch.setattr(replay, "_signature", lambda *args: ("options", 0))
+    monkeypatch.setattr(replay, "one_device", lambda: True)
+    A = SimpleNamespace(cache=MatrixCache())
+    kernel = object()
+    monkeypatch.setitem(launch._fast_launch, kernel, (driver.fast,))
+    idx = view((5,), 4096, "<i4")
+    seen = []
+
+    def full_call(record):
+        seen.append(record.replays)
+        B, C = view((4, 3), 8192), view((4, 3), 16384)
+        with record(B, C):
+            launch.run_bound(A.cache, "k", kernel, 1, 32, 0, (idx, B, C, 9, 1.0), (1, 2))
+
+    operand = SimpleNamespace(data_ptr=lambda: 8192 + 1024)
+    output = SimpleNamespace(data_ptr=lambda: 16384 + 1024)
+    for _ in range(6):
+        replay.call(A, (), (operand,), None, lambda A, B: (output,), full_call, ())
+    assert seen == [False] + [True] * (replay.REPLAY_FROM_CALL - 2)
+    monkeypatch.setattr(replay, "_signature", lambda *args: None)
+    replay.call(A, (), (operand,), None, lambda A, B: (output,), full_call, ())
+    assert seen[-1] is False
+
+
 def test_a_replay_that_cannot_allocate_its_output_raises_the_full_calls_memory_error(monkeypatch):
     class OutOfMemoryError(RuntimeError):  # (torch's name for it)
         pass

@@ -361,6 +361,22 @@ def test_autocast_runs_the_ops_in_its_dtype_with_gradients_in_the_parameters_dty
         assert nst.spmm(nst.Graph(A, device=device, dtype=torch.float64), W.detach().double()).dtype == torch.float64
 
 
+def test_autocast_casts_the_graphs_own_values_once_while_they_are_unchanged():
+    """A new cast each step would give each step a new matrix, never bound or replayed on a GPU;
+    values changed in place (or needing gradients) are cast again."""
+    rng, A, _ = _setup("cpu")
+    graph = nst.Graph(A, device="cpu")  # float32 values
+    X = _tensor(rng, (A.shape[0], 3), "cpu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, first = nst._autocast(graph, X, None)
+        _, again = nst._autocast(graph, X, None)
+        graph.values.mul_(2)
+        _, changed = nst._autocast(graph, X, None)
+        _, given = nst._autocast(graph, X, graph.values)
+    assert first is again and changed is not first and given is not changed
+    assert changed.dtype == torch.bfloat16 and torch.equal(changed, graph.values.to(torch.bfloat16))
+
+
 @pytest.mark.parametrize("x_shape, y_shape", [((7, 2, 2), (6, 3, 2)), ((7, 3, 2), (6, 2, 2)), ((7, 2, 2), (6, 2))])
 def test_sddmm_refuses_operands_of_different_heads(x_shape, y_shape):
     rng, A, graph = _setup("cpu")

@@ -287,6 +287,7 @@ def intermediate(array):
 #: dispatcher (and GPU, with several) -> its compiled overloads' _FastLaunch, in compile order
 #: (:func:`_register`)
 _fast_launch = {}
+_registered = {}  # the same keys -> how many overloads the dispatcher had when last registered
 _REGISTERING = threading.Lock()  # one thread at a time adds a dispatcher's new overloads
 
 
@@ -304,7 +305,7 @@ def run(kernel, grid, block, stream, *args):
         if fast.launch(grid, block, stream, args):
             return
     kernel[grid, block, stream](*args)
-    if _driver() is not None and len(kernel.overloads) > len(entry):
+    if _driver() is not None and len(kernel.overloads) != _registered.get(_fast_key(kernel)):
         _register(kernel)
 
 
@@ -315,6 +316,7 @@ def _register(kernel):
     with _REGISTERING:
         known = {fast.signature: fast for fast in _fast_launch.get(key, ())}
         overloads = list(kernel.overloads.values())
+        _registered[key] = len(overloads)
         arrays = [_array_kinds(compiled.argument_types) for compiled in overloads]
         # pack tells overloads apart by their arrays only (scalars match loosely): those alike are Numba's to pick
         _fast_launch[key] = tuple(known.get(tuple(compiled.argument_types)) or _FastLaunch(compiled)
@@ -360,6 +362,12 @@ def bind(kernel, grid, block, args, variable):
         if values is not None:
             return BoundLaunch(fast, grid, block, values, variable, args)
     return None
+
+
+def fast_launch_available():
+    """Whether launches can go to the driver directly (so be bound and replayed): not on the
+    simulator, nor without cuda.bindings."""
+    return _driver() is not None
 
 
 @functools.lru_cache(maxsize=None)

@@ -334,19 +334,23 @@ def test_repeated_torch_score_products_are_replayed_fused_or_not(softmax, fused,
     assert len(full) == ns.replay.REPLAY_FROM_CALL - 1
 
 
-def test_torch_score_products_choose_fusion_as_replayed_calls(monkeypatch):
-    """Repeated torch calls are replayed, so fused="auto" weighs the unfused path's launches,
-    not a full call's host time (dispatch.FUSE_MAX_NNZ_REPLAYED)."""
+def test_repeated_torch_score_products_choose_fusion_as_replayed_calls(monkeypatch):
+    """A signature's first call weighs a full call's host time; from its second on the call is a
+    repeated one, replayed from its fourth, so fused="auto" weighs only the unfused path's
+    launches (dispatch.FUSE_MAX_NNZ_REPLAYED); a replay asks nothing."""
     torch = pytest.importorskip("torch")
     from numbasparse import dispatch
 
     graph = graphs.rmat(10, 8)
+    A = ns.CSR.from_scipy(graph)
     asked = []
     pays = dispatch.fuse_pays
     monkeypatch.setattr(dispatch, "fuse_pays", lambda *args: asked.append(args[3:]) or pays(*args))
-    X, Y = (torch.randn(n, 24, device="cuda") for n in graph.shape)
-    ns.graph_attention(ns.CSR.from_scipy(graph), X, Y, torch.randn(graph.shape[1], 40, device="cuda"))
-    assert asked == [(True,)]
+    for _ in range(ns.replay.REPLAY_FROM_CALL + 1):
+        X, Y = (torch.randn(n, 24, device="cuda") for n in graph.shape)
+        ns.graph_attention(A, X, Y, torch.randn(graph.shape[1], 40, device="cuda"))
+    assert asked == [(False,)] + [(True,)] * (ns.replay.REPLAY_FROM_CALL - 2)
+    assert replays(A) == 1
 
 
 def test_a_training_loop_replays_its_fused_forward_calls(monkeypatch):

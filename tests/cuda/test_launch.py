@@ -132,13 +132,17 @@ def test_an_index_width_compiled_after_the_first_fast_launch_gets_its_own(driver
     assert cache.get("bound", "wide").fast is launch._fast_launch[kernel][1]
 
 
-def test_overloads_differing_only_in_a_scalar_type_take_numbas_launch(driver):
-    """pack matches a scalar loosely, so it could pick another overload than Numba would."""
+def test_overloads_differing_only_in_a_scalar_type_take_numbas_launch(driver, monkeypatch):
+    """pack matches a scalar loosely, so it could pick another overload than Numba would; their
+    Numba launches look for new overloads only when the dispatcher has compiled one."""
     kernel = Dispatcher(signature(scalar=types.float32), signature(scalar=types.float64))
+    registered = []
+    register = launch._register
+    monkeypatch.setattr(launch, "_register", lambda k: registered.append(k) or register(k))
     args = arguments()
     launch.run(kernel, 2, 32, 0, *args)
     launch.run(kernel, 2, 32, 0, *args)
-    assert kernel.numba_launches == [args, args] and driver.calls == []
+    assert kernel.numba_launches == [args, args] and driver.calls == [] and len(registered) == 1
     assert launch.bind(kernel, 2, 32, args, (1, 2)) is None
 
 
