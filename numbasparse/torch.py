@@ -76,11 +76,24 @@ class Graph:
                            True: (t_indptr, self._rows[self._to_transposed], self.shape[::-1])}
         self._host_patterns = {}
         self.values = values.detach().to(device, dtype).clone()  # never the caller's memory (it may be learned)
-        self._cast_values = {}  # autocast dtype -> (the values' identity and version, their cast)
+        self._derived_values = {}  # what -> (the values' identity and version, derived values): _derived
         self._device_csr = {}
         self._with_values = {}
         self.key = f"graph{next(_IDS)}"  # how the custom ops name this graph (a string: a constant to torch.compile)
         _GRAPHS[self.key] = self
+
+    def _derived(self, what, values, make):
+        """``make(values)``, made once while ``values`` are unchanged (the same tensor, not
+        modified in place) and need no gradient: values derived anew each call (an autocast
+        cast, the mean's scaling) would give each call a new matrix, whose launches are never
+        bound nor its calls replayed."""
+        if values.requires_grad or torch.compiler.is_compiling():  # (a compiled graph derives them as torch ops)
+            return make(values)
+        key = (values.data_ptr(), values.shape, values.dtype, values._version)
+        kept = self._derived_values.get(what)
+        if kept is None or kept[0] != key or kept[2] is not values:
+            kept = self._derived_values[what] = (key, make(values), values)
+        return kept[1]
 
     def pattern(self, transpose=False):
         """The pattern (or its transpose) as a scipy CSR of ones (a host copy, made on first use)."""
@@ -186,13 +199,9 @@ def _autocast(graph, *tensors):
     dense = [t.to(dtype) if t is not None and t.dtype in _AUTOCAST_FROM else t for t in dense]
     if values.dtype not in _AUTOCAST_FROM or values.dtype == dtype:
         return (*dense, values)
-    if not own or values.requires_grad:
+    if not own:
         return (*dense, values.to(dtype))
-    key = (dtype, values.data_ptr(), values._version)  # (values reassigned or changed in place: cast again)
-    cast = graph._cast_values.get(dtype)
-    if cast is None or cast[0] != key:
-        cast = graph._cast_values[dtype] = (key, values.to(dtype))
-    return (*dense, cast[1])
+    return (*dense, graph._derived(("cast", dtype), values, lambda v: v.to(dtype)))
 
 
 # Each operation exists twice, with one forward, one setup and one backward: as a torch custom op
@@ -467,7 +476,7 @@ def spmm(graph, B, values=None, *, reduce="sum"):
         return _per_head(lambda v, b: spmm(graph, b.contiguous(), v.contiguous(), reduce=reduce), values, B)
     values = _values(graph, values, B)
     if reduce == "mean":
-        values = values / graph.degrees(values.dtype).clamp(min=1)[graph._rows]
+        values = graph._derived("mean", values, lambda v: v / graph.degrees(v.dtype).clamp(min=1)[graph._rows])
     elif reduce in ("max", "min"):
         return _run("spmm_extremum", values, B, graph._rows, graph._cols, graph.key, reduce)
     elif reduce != "sum":

@@ -361,6 +361,22 @@ def test_autocast_runs_the_ops_in_its_dtype_with_gradients_in_the_parameters_dty
         assert nst.spmm(nst.Graph(A, device=device, dtype=torch.float64), W.detach().double()).dtype == torch.float64
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_mean_of_the_graphs_own_values_follows_them_changed_in_place(device):
+    """The mean's scaled values are made once while the values are unchanged (so that a GPU
+    call's matrix stays bound and replayed), and anew after an in-place change."""
+    rng, A, graph = _setup(device, shape=(30, 20))
+    B = torch.tensor(rng.standard_normal((20, 5)), device=device)
+    for _ in range(5):
+        C = nst.spmm(graph, B, reduce="mean")
+    np.testing.assert_allclose(C.cpu().numpy(), spmm_reference(A, B.cpu().numpy(), "mean"), rtol=1e-10)
+    graph.values.mul_(3)
+    C = nst.spmm(graph, B, reduce="mean")
+    np.testing.assert_allclose(C.cpu().numpy(), 3 * spmm_reference(A, B.cpu().numpy(), "mean"), rtol=1e-10)
+    if device == "cuda":
+        assert len(graph._with_values) == 1 and len(next(iter(graph._with_values.values()))) == 1
+
+
 def test_autocast_casts_the_graphs_own_values_once_while_they_are_unchanged():
     """A new cast each step would give each step a new matrix, never bound or replayed on a GPU;
     values changed in place (or needing gradients) are cast again."""
