@@ -84,7 +84,7 @@ def kernel_configs():
                          tiled.cs267_sddmm_schedule(128)):
             configs.append((f"sddmm_tiled {schedule.m_tile}x{schedule.group}x{schedule.k_tile} {value}/{index}",
                             tiled.sddmm_tiled_kernel(schedule, value), (*csr, V[:, ::1], V[:, ::1], V[::1])))
-        configs.append((f"edge_softmax {value}/{index}", fused.edge_softmax_kernel(value, index), (I[::1], V[::1], V[::1])))
+        configs.append((f"edge_softmax {value}/{index}", fused.edge_softmax_kernel(value), (I[::1], V[::1], V[::1])))
         configs.append((f"gather_rows {value}", gather.gather_rows_kernel(), (V[:, ::1], numba.int64[::1], V[:, ::1])))
         configs.append((f"gather {value}", gather.gather_kernel(), (V[::1], numba.int64[::1], V[::1])))
     # 16-bit values (uint16 bits in the kernels): the kernels that take them, in their launch modes
@@ -109,6 +109,6 @@ def kernel_configs():
         for softmax in (False, True):
             configs.append((f"merge_runs softmax={softmax} {fmt}", fused.merge_runs_kernel(fmt, softmax),
                             (I[::1], I[::1], numba.float32[:, ::1], numba.float32[:, ::1], H[:, ::1])))
-        configs.append((f"edge_softmax {fmt}", fused.edge_softmax_kernel(fmt, "<i4"), (I[::1], H[::1], H[::1])))
+        configs.append((f"edge_softmax {fmt}", fused.edge_softmax_kernel(fmt), (I[::1], H[::1], H[::1])))
         configs.append((f"spmm_dense {fmt}", hc.spmm_dense_kernel(fmt, "<i4"), (*csr, *windows, *(H[:, ::1],) * 3)))
     return configs

@@ -201,9 +201,8 @@ def merge_runs_kernel(value_dtype, softmax):
 
 
 @launch.kernel_factory
-def edge_softmax_kernel(value_dtype, index_dtype):
-    """Compile-once factory of the per-row softmax over stored values (unfused attention), one
-    per index width (``index_dtype``: as HP-SpMM's factory, one dispatcher per width).
+def edge_softmax_kernel(value_dtype):
+    """Compile-once factory of the per-row softmax over stored values (unfused attention).
 
     Thread mapping: one warp per row; lanes stride over the row's entries for the maximum,
     then the sum of exponentials (shuffle reductions), then write ``exp(v - max) / sum``.
@@ -312,5 +311,5 @@ def edge_softmax(A, values, out, *, stream=0):
         return
     grid, block = row_warp_grid(m, 1, 1)
     fmt = kernel_format(A.dtype)
-    launch.run_bound(A.cache, ("edge_softmax", fmt), edge_softmax_kernel(fmt, A.index_dtype.str), grid, block,
-                     stream, (A.indptr, values, out), (1, 2))
+    launch.run_bound(A.cache, ("edge_softmax", fmt), edge_softmax_kernel(fmt), grid, block, stream,
+                     (A.indptr, values, out), (1, 2))
