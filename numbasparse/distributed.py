@@ -624,7 +624,7 @@ def spmm(dg, X, values=None, *, reduce="sum"):
     dg._check_rows(X, "X")
     dg._check_pipeline()
     if reduce == "sum" and X.dim() == 2:
-        B, v = nst._autocast(dg, X, dg.values if values is None else values)
+        B, v = nst._autocast(dg.graph, X, dg.values if values is None else values)
         split = _split(dg, B, v)
         if split != "off":
             return _PipelinedSpmm.apply(nst._values(dg.graph, v, B), B.contiguous(), dg, split == "sources")
@@ -669,7 +669,7 @@ def sddmm(dg, X, Y, values=None):
     dg._check_rows(Y, "Y")
     dg._check_pipeline()
     if X.dim() == 2 and Y.dim() == 2:
-        x, y, v = nst._autocast(dg, X, Y, dg.values if values is None else values)
+        x, y, v = nst._autocast(dg.graph, X, Y, dg.values if values is None else values)
         # (before any exchange: a rank whose operands differ must not pick another path than the rest)
         if x.shape[1] != y.shape[1]:
             raise ValueError(f"X and Y must have the same number of columns, got {x.shape[1]} and {y.shape[1]}")
