@@ -36,22 +36,18 @@ class _Ordered:
     """The graph in one node order: the matrix the kernels see (device CSR or host scipy), and
     the index maps between that order and the caller's (``perm`` None: the caller's own)."""
 
-    def __init__(self, host, perm, backend, dtype):
+    def __init__(self, host, perm, backend, dtype, permuted=None):
         self.perm = perm
         if perm is not None:
+            from .reorder.order import permuted as permute
+
             self.inverse = np.empty_like(perm)
             self.inverse[perm] = np.arange(perm.size)
-            # Entry p of the permuted CSR is entry entry_order[p] of the canonical one.
-            numbered = sp.csr_matrix((np.arange(host.nnz, dtype=np.float64), host.indices, host.indptr),
-                                     shape=host.shape)
-            numbered = numbered[perm][:, perm].tocsr()
-            numbered.sort_indices()
-            self.entry_order = numbered.data.astype(np.int64)
-            self.entry_inverse = np.argsort(self.entry_order).astype(np.int64)
             self.canonical = host
-            index = host.indices.dtype
-            host = sp.csr_matrix((host.data[self.entry_order], numbered.indices, numbered.indptr), shape=host.shape)
-            host.indices, host.indptr = host.indices.astype(index), host.indptr.astype(index)  # (scipy narrows)
+            # Entry p of the permuted CSR is entry entry_order[p] of the canonical one.
+            host, self.entry_order = permute(host, perm) if permuted is None else permuted
+            self.entry_inverse = np.empty_like(self.entry_order)
+            self.entry_inverse[self.entry_order] = np.arange(self.entry_order.size)
         self.A = CSR._of_canonical(host, dtype=dtype) if backend == "cuda" else host
         self._by_dtype = {}
 
@@ -98,7 +94,8 @@ class Plan:
     callers never see it; with ``node_order="plan"`` operands and results are in that order
     (:meth:`to_plan_order`, :meth:`to_caller_order` convert once).
     ``preprocess_seconds`` is the whole preparation time, ``reorder_seconds`` the part spent
-    computing permutations (with ``reorder="auto"``, and predicting their effect).  With
+    computing permutations and permuting the matrix by them (with ``reorder="auto"``, also
+    predicting their effect): what a reordering must win back.  With
     ``reorder="auto"``, ``decisions`` maps each width N called so far (with ``node_order="plan"``,
     the one ``n_cols`` decided for in :func:`prepare`) to the record of
     :func:`numbasparse.reorder.locality.choose_order` (the method taken, or None, and why), and
@@ -133,11 +130,16 @@ class Plan:
         self.shape, self.nnz, self.backend, self.algorithm = host.shape, host.nnz, backend, algorithm
         self.reorder, self.decisions, self._host, self._dtype = reorder, {}, host, dtype
         self.node_order = node_order
-        self._computed = {}  # "auto": the orders computed so far, {method: (perm, seconds)}
+        self._computed = {}  # "auto": the orders computed so far, {method: (perm, seconds, permuted matrix)}
         t0 = time.perf_counter()
-        perm = _permutation(host, reorder, reorder_args) if reorder not in (None, "auto") else None
+        perm = permuted = None
+        if reorder not in (None, "auto"):
+            from .reorder.order import permuted as permute
+
+            perm = _permutation(host, reorder, reorder_args)
+            permuted = permute(host, perm)
         self.reorder_seconds = time.perf_counter() - t0
-        self._orders = {None: _Ordered(host, perm, backend, dtype)}  # "auto" adds the orders it takes
+        self._orders = {None: _Ordered(host, perm, backend, dtype, permuted)}  # "auto" adds the orders it takes
         self._fixed = self._orders[None]
         if decide_now:  # one order for every call, chosen before the caller permutes its features
             itemsize = check_value_dtype(host.dtype if dtype is None else dtype, "dtype").itemsize
@@ -174,7 +176,8 @@ class Plan:
             self.reorder_seconds += record["model_seconds"] + sum(
                 v["seconds"] for v in record.values() if isinstance(v, dict))
             if method is not None and method not in self._orders:
-                self._orders[method] = _Ordered(self._host, perm, self.backend, self._dtype)
+                self._orders[method] = _Ordered(self._host, perm, self.backend, self._dtype,
+                                                self._computed[method][2])
         order = self._orders[self.decisions[n_cols]["method"]]
         self.perm, self.A = order.perm, order.A
         return order

@@ -1,6 +1,7 @@
 """Permutations of a graph's nodes and the statistics that judge them."""
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 
 from ._checks import graph_copy, positive_int
 from .louvain import louvain
@@ -22,9 +23,55 @@ def permute(A, perm):
     weights (ValueError); negative weights are fine.  Neither ``A`` nor ``perm`` is modified."""
     A = graph_copy(A, non_negative=False, dtype=None)
     perm = check_permutation(perm, A.shape[0])
-    result = sp.csr_matrix(A[perm][:, perm])
-    result.sort_indices()  # column indexing leaves rows unsorted; kernels and users expect order
-    return result
+    return permuted(A, perm)[0]
+
+
+def permuted(A, perm):
+    """(``P A P^T``, entry_order) of a canonical square scipy CSR ``A`` and a checked int64
+    permutation ``perm``: entry p of the result is entry ``entry_order[p]`` of A (so values
+    in A's entry order map to the result's with ``values[entry_order]``).  One pass over the
+    entries' indices, faster than scipy's row and column indexing, which matters because the
+    reordering's time counts against what it saves per call."""
+    indptr, indices, entry_order = _permuted(A.indptr, A.indices, np.asarray(perm, np.int64))
+    result = sp.csr_matrix((A.data[entry_order], indices, indptr), shape=A.shape)
+    result.indices, result.indptr = indices.astype(A.indices.dtype), indptr.astype(A.indptr.dtype)  # (scipy narrows)
+    return result, entry_order
+
+
+@njit(cache=True)
+def _permuted(indptr, indices, perm):
+    # Two stable counting sorts of the renumbered entries (by column, then by row): rows come
+    # out sorted without comparing, in a few passes over the entries.
+    n, nnz = perm.size, indices.size
+    inverse = np.empty(n, np.int64)
+    inverse[perm] = np.arange(n)
+    new_indptr = np.zeros(n + 1, np.int64)
+    starts = np.zeros(n + 1, np.int64)  # where each new column's entries go in the by-column order
+    for row in range(n):
+        new_indptr[inverse[row] + 1] = indptr[row + 1] - indptr[row]
+    for p in range(nnz):
+        starts[inverse[indices[p]] + 1] += 1
+    for i in range(n):
+        new_indptr[i + 1] += new_indptr[i]
+        starts[i + 1] += starts[i]
+    by_column = np.empty(nnz, np.int64)
+    for row in range(n):
+        for p in range(indptr[row], indptr[row + 1]):
+            column = inverse[indices[p]]
+            by_column[starts[column]] = p
+            starts[column] += 1
+    row_of = np.empty(nnz, np.int64)
+    for row in range(n):
+        row_of[indptr[row]:indptr[row + 1]] = inverse[row]
+    fill = new_indptr[:n].copy()
+    new_indices = np.empty(nnz, np.int64)
+    entry_order = np.empty(nnz, np.int64)
+    for p in by_column:  # by increasing new column: each row's entries land in column order
+        row = row_of[p]
+        new_indices[fill[row]] = inverse[indices[p]]
+        entry_order[fill[row]] = p
+        fill[row] += 1
+    return new_indptr, new_indices, entry_order
 
 
 def cluster_order(A, **louvain_args):

@@ -83,10 +83,23 @@ def test_an_order_too_slow_to_pay_back_even_at_one_fetch_per_row_is_not_predicte
     monkeypatch.setattr(locality, "predicted_fetches", lambda *a: predicted.append(1) or real(*a))
     perm = np.arange(3000)
     method, _, record = locality.choose_order(shuffled, 8, 4, **slow, candidates=(("rcm", None),),
-                                              computed={"rcm": (perm, 1e6)})  # a million seconds to compute
+                                              computed={"rcm": (perm, 1e6, None)})  # a million seconds to compute
     assert method is None and len(predicted) == 1  # the natural order's prediction only
     assert record["rcm"]["fetches"] is None and record["rcm"]["payback_calls"] == float("inf")
     predicted.clear()
     method, _, record = locality.choose_order(shuffled, 8, 4, **slow, candidates=(("rcm", None),),
-                                              computed={"rcm": (perm, 0.0)})
+                                              computed={"rcm": (perm, 0.0, None)})
     assert len(predicted) == 2 and record["rcm"]["fetches"] is not None
+
+
+def test_an_order_that_could_pay_is_charged_the_time_to_permute_the_graph_by_it():
+    """A reordered plan permutes A by the order: that time counts against the saving too, and
+    the permuted matrix is kept for the plan (not made twice)."""
+    shuffled = graphs.shuffled(band_graph(3000, 10))
+    computed = {"rcm": (np.arange(3000)[::-1].copy(), 0.0, None)}
+    _, _, record = locality.choose_order(shuffled, 8, 4, l2_bytes=2048, bandwidth=1e9,
+                                         candidates=(("rcm", None),), computed=computed)
+    perm, seconds, (matrix, entry_order) = computed["rcm"]
+    assert seconds > 0 and record["rcm"]["seconds"] == seconds
+    expected = shuffled[perm][:, perm]
+    assert (matrix != expected).nnz == 0 and np.array_equal(matrix.data, shuffled.data[entry_order])

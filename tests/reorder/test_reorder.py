@@ -6,6 +6,7 @@ import scipy.sparse as sp
 
 from numbasparse import graphs
 from numbasparse.reorder import cluster_order, louvain, modularity, permute, row_window_stats
+from numbasparse.reorder.order import permuted
 
 
 def cliques(sizes, bridges=True):
@@ -71,6 +72,28 @@ def test_permute_is_PAPT_and_refuses_bad_perms():
         permute(A, [0, 0, 1, 2, 3, 4, 5])
     with pytest.raises(ValueError, match="square"):
         permute(sp.random(3, 4, format="csr"), [0, 1, 2])
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_permuted_rows_are_canonical_and_map_every_entry_back(index):
+    """Sorted columns in every row (kernels and users expect them), the caller's index width,
+    an empty row and a long one, and entry_order mapping each entry to its source."""
+    rng = np.random.default_rng()
+    A = sp.random(60, 60, density=0.1, format="csr", random_state=rng)
+    A = sp.csr_matrix(A + sp.csr_matrix((np.ones(60), (np.zeros(60, int), np.arange(60))), shape=(60, 60)))
+    A = A.tolil()
+    A[5, :] = 0
+    A = A.tocsr()
+    A.eliminate_zeros()
+    A.indices, A.indptr = A.indices.astype(index), A.indptr.astype(index)
+    perm = rng.permutation(60)
+    result, entry_order = permuted(A, perm)
+    assert result.has_sorted_indices and result.indices.dtype == index and result.indptr.dtype == index
+    np.testing.assert_array_equal(result.toarray(), A.toarray()[perm][:, perm])
+    rows = np.repeat(np.arange(60), np.diff(A.indptr))
+    new_rows = np.repeat(np.arange(60), np.diff(result.indptr))
+    np.testing.assert_array_equal(perm[new_rows], rows[entry_order])
+    np.testing.assert_array_equal(perm[result.indices], A.indices[entry_order])
 
 
 def test_row_window_stats():
