@@ -285,7 +285,7 @@ def _scipy_result(values, host):
                           host.indptr.copy()), shape=host.shape)
 
 
-def spmm_dense(A, X, W, *, fused="auto", backend="auto"):
+def spmm_dense(A, X, W, *, fused="auto", backend="auto", precision="ieee"):
     """A GCN layer's aggregation and update, ``(A @ X) @ W`` (sum aggregation).
 
     A: scipy.sparse matrix/array or :class:`CSR`, shape (M, K).
@@ -300,15 +300,24 @@ def spmm_dense(A, X, W, *, fused="auto", backend="auto"):
         case measured (BENCHMARKS.md, "HC-SpMM and the fused GCN layer"); "auto" runs it only for
         Numba and other CUDA-array-interface arrays, for which there is no matmul to call.
     backend: "auto", "cuda" or "cpu", as in :func:`spmm`.
+    precision: "ieee" or, with ``fused=True`` and float32 operands, "tf32": the fused kernel's
+        product with W on the tensor cores with TF32 inputs (relative errors near 1e-3; sm_80
+        and later).  16-bit operands take that product on the tensor cores on sm_80 and later
+        whatever ``precision`` says (the aggregated rows rounded to 16 bits once more, as the
+        unfused path rounds its intermediate).
 
     Returns (M, F_out) of X's dtype and kind.  A repeated unfused call on torch tensors of one
     signature skips its own validation (:func:`numbasparse.replay.composite`), and its
     :func:`spmm` is replayed.
     """
-    key, unfused = replay.composite(A, ("spmm_dense", fused, type(fused), backend), (X, W))
+    key, unfused = replay.composite(A, ("spmm_dense", fused, type(fused), backend, precision), (X, W))
     if unfused is not None:
         return unfused(A, X, W)
     dispatch.check_fused(fused)
+    dispatch.check_option("precision", precision, dispatch.PRECISIONS)
+    if precision == "tf32" and fused is not True:
+        raise ValueError("precision='tf32' is the fused kernel's (fused=True); the unfused path's matmul follows "
+                         "the framework's own TF32 setting")
     A = sparse_operand(A)
     x, w = _operands(("X", X), ("W", W))
     m, k = A.shape
@@ -316,11 +325,13 @@ def spmm_dense(A, X, W, *, fused="auto", backend="auto"):
         raise ValueError(f"A has {k} columns but X has {x.shape[0]} rows (A is {m}x{k}, X is {x.shape})")
     if w.shape[0] != x.shape[1]:
         raise ValueError(f"X has {x.shape[1]} columns but W has {w.shape[0]} rows (W is {w.shape})")
+    if precision == "tf32" and x.dtype != np.float32:
+        raise ValueError(f"precision='tf32' takes float32 operands, not {x.dtype.name}")
     with _on_operands_gpu(A, x, w):
-        return _spmm_dense_checked(A, x, w, fused, backend, key)
+        return _spmm_dense_checked(A, x, w, fused, backend, key, precision)
 
 
-def _spmm_dense_checked(A, x, w, fused, backend, key):
+def _spmm_dense_checked(A, x, w, fused, backend, key, precision):
     shape = (A.shape[0], w.shape[1])
     first = dispatch.matmul_first(x.shape[1], w.shape[1])
     algo = dispatch.resolve("spmm", "auto", backend, x.on_device, x.shape[1], dtype=x.dtype)
@@ -339,12 +350,15 @@ def _spmm_dense_checked(A, x, w, fused, backend, key):
                 A.cache.put("replays", key, unfused)
             return unfused(dev, x.original, w.original)
         return arrays.host_result(x, _spmm_dense_unfused(matmul, first, dev, x.array, w.array))
+    if precision == "tf32":
+        dispatch.require_sm80("TF32 tensor cores (precision='tf32')", "precision='ieee'")
+    tensor_cores = precision == "tf32" or (is_half(x.dtype) and dispatch.has_sm80())
     if x.on_device:
         result, out = arrays.empty_like_framework(x, shape, x.dtype)
-        hc.spmm_dense(dev, x.array, w.array, out, stream=arrays.stream_of(x))
+        hc.spmm_dense(dev, x.array, w.array, out, stream=arrays.stream_of(x), tensor_cores=tensor_cores)
         return result
     out = _device_empty(shape, x.dtype)
-    hc.spmm_dense(dev, *_to_device(x.array, w.array), out)
+    hc.spmm_dense(dev, *_to_device(x.array, w.array), out, tensor_cores=tensor_cores)
     return arrays.host_result(x, _download(out, x.dtype))
 
 

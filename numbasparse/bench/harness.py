@@ -75,13 +75,14 @@ def numbasparse_impl(algorithm):
     """``ns:ALGO`` (``ns:auto``: the library's own choice, per graph); for the "gcn" op,
     ``ns:auto`` is ``spmm_dense`` as it runs by default (unfused, the matmul first where W
     narrows the rows), ``ns:fused`` its fused kernel and ``ns:ALGO`` ``spmm`` with that
-    algorithm followed by a torch matmul.  ``ALGO@tf32``: SpMM with ``precision="tf32"``."""
+    algorithm followed by a torch matmul.  ``ALGO@tf32``: SpMM (or the fused GCN layer,
+    ``fused@tf32``) with ``precision="tf32"``."""
     algorithm, _, precision = algorithm.partition("@")
     precision = precision or "ieee"
 
     def make(A, op, reduce, dtype):
-        if precision != "ieee" and op != "spmm":
-            raise Unsupported(f"precision={precision!r} is an spmm option")
+        if precision != "ieee" and op != "spmm" and (op, algorithm) != ("gcn", "fused"):
+            raise Unsupported(f"precision={precision!r} is an option of spmm and of the fused GCN layer")
         if not applies(f"ns:{algorithm}", op):
             raise Unsupported(f"no {op} algorithm {algorithm!r}")
         if op == "spmm" and algorithm != "auto" and reduce not in dispatch.SPMM[algorithm].reductions:
@@ -92,7 +93,7 @@ def numbasparse_impl(algorithm):
             return lambda X, Y, Z: fn(csr, X, Y, Z, fused=algorithm == "fused")
         if op == "gcn" and algorithm in ("fused", "auto"):
             fused = algorithm == "fused" or "auto"
-            return lambda X, W: api.spmm_dense(csr, X, W, fused=fused)
+            return lambda X, W: api.spmm_dense(csr, X, W, fused=fused, precision=precision)
         if op == "gcn":
             return lambda X, W: api.spmm(csr, X, algorithm=algorithm) @ W
         if op == "spmm":

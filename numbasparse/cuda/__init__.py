@@ -65,8 +65,10 @@ def kernel_configs():
                     configs.append((f"spmm_hc tensor cores vec4={vec4} float_out={float_out} {fmt}/{index}",
                                     hc.spmm_hc_kernel(fmt, index, True, vec4, float_out),
                                     (I[::1], I[::1], D[::1], *fragments, D[:, ::1], (V if float_out else D)[:, ::1])))
-        configs.append((f"spmm_dense {value}/{index}", hc.spmm_dense_kernel(value, index),
-                        (*csr, *windows, V[:, ::1], V[:, ::1], V[:, ::1])))
+        for tensor_cores in (False, True) if value == "<f4" else (False,):
+            configs.append((f"spmm_dense tensor_cores={tensor_cores} {value}/{index}",
+                            hc.spmm_dense_kernel(value, index, tensor_cores),
+                            (*csr, *windows, V[:, ::1], V[:, ::1], V[:, ::1])))
         for q, xy, z in ((4, 4, 4), (8, 4, 4), (8, 1, 1)):  # the most registers: widest vectors; misaligned
             for softmax in (False, True):
                 configs.append((f"fused_row q={q} xy={xy} z={z} softmax={softmax} {value}/{index}",
@@ -110,5 +112,7 @@ def kernel_configs():
             configs.append((f"merge_runs softmax={softmax} {fmt}", fused.merge_runs_kernel(fmt, softmax),
                             (I[::1], I[::1], numba.float32[:, ::1], numba.float32[:, ::1], H[:, ::1])))
         configs.append((f"edge_softmax {fmt}", fused.edge_softmax_kernel(fmt), (I[::1], H[::1], H[::1])))
-        configs.append((f"spmm_dense {fmt}", hc.spmm_dense_kernel(fmt, "<i4"), (*csr, *windows, *(H[:, ::1],) * 3)))
+        for tensor_cores in (False, True):
+            configs.append((f"spmm_dense tensor_cores={tensor_cores} {fmt}", hc.spmm_dense_kernel(fmt, "<i4", tensor_cores),
+                            (*csr, *windows, *(H[:, ::1],) * 3)))
     return configs

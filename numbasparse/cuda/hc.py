@@ -320,7 +320,7 @@ def spmm_hc_kernel(value_dtype, index_dtype, tensor_cores=False, vec4=False, flo
 
 
 @launch.kernel_factory
-def spmm_dense_kernel(value_dtype, index_dtype):
+def spmm_dense_kernel(value_dtype, index_dtype, tensor_cores=False):
     """Compile-once factory of the fused GCN layer ``out = (A @ X) @ W`` (paper 001, section
     V-A: aggregation and update in one kernel, the aggregated rows kept in shared memory).
 
@@ -331,13 +331,17 @@ def spmm_dense_kernel(value_dtype, index_dtype):
     ``out``, adding to what earlier slices of X wrote (the block owns its rows: no atomics).
     16-bit operands are computed in float32; a 16-bit ``out`` is rounded once per slice of 256
     columns of X.
+
+    ``tensor_cores``: the product with W on ``mma.sync`` instead (sm_80 and later), warp w
+    taking the 16 x 8 tiles of ``out`` at columns ``8 w + 32 i``: TF32 inputs for float32
+    operands (m16n8k8), and for 16-bit ones the window's rows of ``A @ X`` rounded to the
+    operands' format and multiplied with W's exactly (m16n8k16); FP32 accumulators in both.
     """
-    _, value_type, compute = value_types(value_dtype)
-    to_compute, to_storage = converters(value_dtype)
-    zero = compute(0)
+    value_type = value_types(value_dtype)[1]
     window_into = window_paths(value_dtype, index_dtype)
     stride = FUSED_K + 1  # padded rows: the 4 rows a warp reads at once sit in different banks
     z_size = WINDOW * stride
+    times_w = (_times_w_on_tensor_cores if tensor_cores else _times_w_on_cuda_cores)(value_dtype, stride)
 
     @cuda.jit
     def spmm_dense(indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot,
@@ -345,12 +349,11 @@ def spmm_dense_kernel(value_dtype, index_dtype):
         w = cuda.blockIdx.x
         t = cuda.threadIdx.x
         r = t // 8
-        m, f = out.shape
         k_total = X.shape[1]
-        row = w * WINDOW + r
         z = cuda.shared.array(z_size, value_type)
         acc = cuda.local.array(PER_THREAD, value_type)
         for k0 in range(0, max(k_total, 1), FUSED_K):  # one pass when X has no columns: zeros
+            # (1) this slice of the window's rows of A @ X into shared memory
             for c0 in range(k0, min(k0 + FUSED_K, k_total), COLS):
                 window_into(acc, w, c0, use_tiles, indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr,
                             tile_entry, tile_slot, X)
@@ -358,24 +361,121 @@ def spmm_dense_kernel(value_dtype, index_dtype):
                     z[r * stride + c0 - k0 + t % 8 + 8 * q] = acc[q]
             cuda.syncthreads()
             width = min(FUSED_K, k_total - k0)
-            if row < m:
-                for j0 in range(0, f, COLS):
-                    for q in range(PER_THREAD):
-                        acc[q] = zero
-                    for k in range(width):  # 4 independent sums per thread, one z load per 4 MACs
-                        zk = z[r * stride + k]
-                        for q in range(PER_THREAD):
-                            j = j0 + t % 8 + 8 * q
-                            if j < f:
-                                acc[q] += zk * to_compute(W[k0 + k, j])
-                    for q in range(PER_THREAD):
-                        j = j0 + t % 8 + 8 * q
-                        if j < f:
-                            total = acc[q] + to_compute(out[row, j]) if k0 > 0 else acc[q]
-                            out[row, j] = to_storage(total)
+            # (2) times W's rows of this slice, added to earlier slices' part of out
+            times_w(z, width, k0, W, out, w * WINDOW)
             cuda.syncthreads()
 
     return spmm_dense
+
+
+def _times_w_on_cuda_cores(value_dtype, stride):
+    """The device function ``times_w(z, width, k0, W, out, row0)`` of :func:`spmm_dense_kernel`:
+    out[row0:row0 + 16] (+)= z[:, :width] @ W[k0:k0 + width], thread t taking row ``t // 8``
+    and columns ``t % 8 + 8 q`` of each 32-column slice of out."""
+    value_type, compute = value_types(value_dtype)[1:]
+    to_compute, to_storage = converters(value_dtype)
+    zero = compute(0)
+
+    @cuda.jit(device=True, inline="always")
+    def times_w(z, width, k0, W, out, row0):
+        t = cuda.threadIdx.x
+        r = t // 8
+        row = row0 + r
+        m, f = out.shape
+        acc = cuda.local.array(PER_THREAD, value_type)
+        if row < m:
+            for j0 in range(0, f, COLS):
+                for q in range(PER_THREAD):
+                    acc[q] = zero
+                for k in range(width):  # 4 independent sums per thread, one z load per 4 MACs
+                    zk = z[r * stride + k]
+                    for q in range(PER_THREAD):
+                        j = j0 + t % 8 + 8 * q
+                        if j < f:
+                            acc[q] += zk * to_compute(W[k0 + k, j])
+                for q in range(PER_THREAD):
+                    j = j0 + t % 8 + 8 * q
+                    if j < f:
+                        total = acc[q] + to_compute(out[row, j]) if k0 > 0 else acc[q]
+                        out[row, j] = to_storage(total)
+
+    return times_w
+
+
+def _times_w_on_tensor_cores(value_dtype, stride):
+    """The device function ``times_w(z, width, k0, W, out, row0)`` of :func:`spmm_dense_kernel`
+    with ``tensor_cores``: out[row0:row0 + 16] (+)= z[:, :width] @ W[k0:k0 + width] on
+    ``mma.sync``, z the window's 16 rows in shared memory (row stride ``stride``).  Every warp
+    runs the same number of instructions (a warp past out's last column multiplies zeros), as
+    ``mma.sync`` and the simulator's emulation of it need."""
+    half = is_half_format(value_dtype)
+    if not half and value_dtype != "<f4":
+        raise ValueError(f"the fused layer's tensor cores take float32 or 16-bit values, not {value_dtype}")
+    kind = ("bf16" if value_dtype == "bf16" else "f16") if half else "tf32"
+    step = mma.SHAPES[kind][2]  # k per instruction
+    mma_op, pack_bits = mma.mma(kind), mma.pack_bits
+    to_tf32 = None if half else mma.to_tf32()
+    to_compute, to_storage = converters(value_dtype)
+    no_bits = numba.uint16(0)
+    zero = numba.float32(0)
+
+    @cuda.jit(device=True, inline="always")
+    def z_at(z, row, k, width):
+        return z[row * stride + k] if k < width else zero
+
+    @cuda.jit(device=True, inline="always")
+    def w_bits(W, k, j, k_end):
+        return W[k, j] if k < k_end and j < W.shape[1] else no_bits
+
+    @cuda.jit(device=True, inline="always")
+    def w_value(W, k, j, k_end):
+        return to_tf32(W[k, j]) if k < k_end and j < W.shape[1] else zero
+
+    @cuda.jit(device=True, inline="always")
+    def store(out, row, j, value, add):
+        if row < out.shape[0] and j < out.shape[1]:
+            out[row, j] = to_storage(value + to_compute(out[row, j]) if add else value)
+
+    @cuda.jit(device=True, inline="always")
+    def half_step(z, width, k, kk, W, j, k_end, g, q, d0, d1, d2, d3):
+        # registers of two values, the lower-numbered column (or row) in the low half
+        a0 = pack_bits(to_storage(z_at(z, g, k + 2 * q, width)), to_storage(z_at(z, g, k + 2 * q + 1, width)))
+        a1 = pack_bits(to_storage(z_at(z, g + 8, k + 2 * q, width)), to_storage(z_at(z, g + 8, k + 2 * q + 1, width)))
+        a2 = pack_bits(to_storage(z_at(z, g, k + 2 * q + 8, width)), to_storage(z_at(z, g, k + 2 * q + 9, width)))
+        a3 = pack_bits(to_storage(z_at(z, g + 8, k + 2 * q + 8, width)), to_storage(z_at(z, g + 8, k + 2 * q + 9, width)))
+        b0 = pack_bits(w_bits(W, kk + 2 * q, j + g, k_end), w_bits(W, kk + 2 * q + 1, j + g, k_end))
+        b1 = pack_bits(w_bits(W, kk + 2 * q + 8, j + g, k_end), w_bits(W, kk + 2 * q + 9, j + g, k_end))
+        return mma_op(a0, a1, a2, a3, b0, b1, d0, d1, d2, d3)
+
+    @cuda.jit(device=True, inline="always")
+    def tf32_step(z, width, k, kk, W, j, k_end, g, q, d0, d1, d2, d3):
+        a0 = to_tf32(z_at(z, g, k + q, width))
+        a1 = to_tf32(z_at(z, g + 8, k + q, width))
+        a2 = to_tf32(z_at(z, g, k + q + 4, width))
+        a3 = to_tf32(z_at(z, g + 8, k + q + 4, width))
+        b0 = w_value(W, kk + q, j + g, k_end)
+        b1 = w_value(W, kk + q + 4, j + g, k_end)
+        return mma_op(a0, a1, a2, a3, b0, b1, d0, d1, d2, d3)
+
+    mma_step = half_step if half else tf32_step
+
+    @cuda.jit(device=True, inline="always")
+    def times_w(z, width, k0, W, out, row0):
+        lane = cuda.threadIdx.x % 32
+        g, q = lane // 4, lane % 4
+        k_end = k0 + width
+        for j_base in range(0, out.shape[1], 4 * 8):
+            j = j_base + 8 * (cuda.threadIdx.x // 32)  # this warp's 8 columns
+            d0 = d1 = d2 = d3 = zero
+            for k in range(0, width, step):
+                d0, d1, d2, d3 = mma_step(z, width, k, k0 + k, W, j, k_end, g, q, d0, d1, d2, d3)
+            # the accumulators' elements: (g, 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1)
+            store(out, row0 + g, j + 2 * q, d0, k0 > 0)
+            store(out, row0 + g, j + 2 * q + 1, d1, k0 > 0)
+            store(out, row0 + g + 8, j + 2 * q, d2, k0 > 0)
+            store(out, row0 + g + 8, j + 2 * q + 1, d3, k0 > 0)
+
+    return times_w
 
 
 def windows(A):
@@ -446,13 +546,15 @@ def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid", tf32=False):
     launch.run_bound(A.cache, ("hc", kernel, mode, n), kernel, grid, THREADS, stream, args, (len(args) - 2, len(args) - 1))
 
 
-def spmm_dense(A, X, W, out, *, stream=0, mode="hybrid"):
+def spmm_dense(A, X, W, out, *, stream=0, mode="hybrid", tensor_cores=False):
     """Launch the fused GCN layer: ``out = (A @ X) @ W`` (sum aggregation), windows on the paths
-    ``mode`` gives them (default: the selector's)."""
+    ``mode`` gives them (default: the selector's); ``tensor_cores``: the product with W on
+    ``mma.sync`` (float32: TF32 inputs, relative errors near 1e-3; 16-bit: the aggregated rows
+    rounded to 16 bits once more; sm_80 and later)."""
     m, f = out.shape
     if m == 0 or f == 0:
         return
-    kernel = spmm_dense_kernel(kernel_format(A.dtype), A.indices.dtype.str)
+    kernel = spmm_dense_kernel(kernel_format(A.dtype), A.indices.dtype.str, bool(tensor_cores))
     args = (*_window_args(A, paths(A, mode)[1]), X, W, out)
     launch.run_bound(A.cache, ("hc_dense", kernel, mode), kernel, cdiv(m, WINDOW), THREADS, stream, args,
                      tuple(range(len(args) - 3, len(args))))

@@ -181,8 +181,11 @@ def test_bench_times_every_checked_implementation_on_a_gpu(tmp_path):
         assert r["ms"] > 0 and r["b2b_ms"] > 0 and r["kernel_ms"] > 0
 
 
-def test_a_tf32_implementation_is_spmm_with_that_precision_and_its_tolerance():
+def test_a_tf32_implementation_is_spmm_or_the_fused_layer_with_that_precision_and_its_tolerance():
     assert harness.applies("ns:hc@tf32", "spmm") and harness.tolerance("ns:hc@tf32", "float32") == 2.0**-9
+    assert harness.applies("ns:fused@tf32", "gcn") and harness.tolerance("ns:fused@tf32", "float32") == 2.0**-9
     assert harness.tolerance("ns:hc", "float32") == harness.TOLERANCE["float32"]
-    with pytest.raises(harness.Unsupported, match="precision='tf32' is an spmm option"):
+    with pytest.raises(harness.Unsupported, match="precision='tf32' is an option of spmm and of the fused GCN"):
         harness.numbasparse_impl("hc@tf32")(sp.identity(3, format="csr"), "sddmm", "-", "float32")
+    with pytest.raises(harness.Unsupported, match="precision='tf32' is an option of spmm and of the fused GCN"):
+        harness.numbasparse_impl("hp@tf32")(sp.identity(3, format="csr"), "gcn", "sum", "float32")

@@ -189,6 +189,75 @@ def test_fused_layer_wider_than_shared_memory(monkeypatch):
     assert_close(out.copy_to_host(), spmm_reference(A, X) @ W.astype(np.float64), np.float32)
 
 
+def _skip_without_sm80():
+    from numbasparse.cuda import device
+
+    if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
+        pytest.skip("tensor cores need sm_80")
+
+
+@pytest.mark.parametrize("k, f, fused_k", [(20, 13, 256), (70, 40, 32), (0, 4, 256), (8, 33, 256)])
+def test_fused_layer_on_tensor_cores_is_the_tf32_product(monkeypatch, k, f, fused_k):
+    """The product with W on m16n8k8: (A @ X) @ W to TF32's accuracy, not float32's.  k not a
+    multiple of 8, f not of 8 (a warp past out's last column), an empty window, no columns
+    in X, and X wider than the shared slice (several passes adding into out)."""
+    _skip_without_sm80()
+    rng = np.random.default_rng(7)
+    A = _graph((37, 30), rng, 0.3).tolil()
+    A[16:32] = 0  # an empty window
+    A = A.tocsr()
+    X = rng.standard_normal((30, k)).astype(np.float32)
+    W = rng.standard_normal((k, f)).astype(np.float32)
+    monkeypatch.setattr(hc, "FUSED_K", fused_k)
+    hc.spmm_dense_kernel.cache_clear()
+    try:
+        dev = _setup(A, np.float32, "mixed")
+        out = cuda.to_device(np.full((37, f), np.nan, np.float32))  # poisoned
+        hc.spmm_dense(dev, cuda.to_device(X), cuda.to_device(W), out, mode="mixed", tensor_cores=True)
+    finally:
+        hc.spmm_dense_kernel.cache_clear()
+    got, exact = out.copy_to_host(), spmm_reference(A, X) @ W.astype(np.float64)
+    if k == 0:
+        assert np.array_equal(got, np.zeros((37, f)))
+        return
+    error = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+    assert 1e-6 < error < 2e-3
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_fused_layer_of_16_bit_operands_through_the_api(name):
+    """16-bit operands take the product with W on m16n8k16 (the aggregated rows rounded once
+    more): within two roundings of the float64 product of the rounded operands.  And
+    precision='tf32' through the API: fused only, float32 only."""
+    import ml_dtypes
+
+    import numbasparse as ns
+
+    _skip_without_sm80()
+    dtype = np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else np.float16)
+    u = 2.0 ** -8 if name == "bfloat16" else 2.0 ** -11
+    rng = np.random.default_rng(8)
+    A = _graph((37, 30), rng, 0.3)
+    A.data = rng.uniform(0.5, 1.5, A.nnz)
+    X = rng.standard_normal((30, 40)).astype(dtype)
+    W = rng.standard_normal((40, 21)).astype(dtype)
+    out = ns.spmm_dense(A, X, W, fused=True, backend="cuda")
+    rounded = sp.csr_matrix((A.data.astype(dtype).astype(np.float64), A.indices, A.indptr), shape=A.shape)
+    exact = spmm_reference(rounded, X.astype(np.float64)) @ W.astype(np.float64)
+    assert out.dtype == dtype
+    assert np.linalg.norm(out.astype(np.float64) - exact) / np.linalg.norm(exact) <= 2 * u
+    X32, W32 = X.astype(np.float32), W.astype(np.float32)
+    tf32 = ns.spmm_dense(A, X32, W32, fused=True, backend="cuda", precision="tf32")
+    exact = spmm_reference(A, X32) @ W32.astype(np.float64)
+    assert 1e-6 < np.linalg.norm(tf32 - exact) / np.linalg.norm(exact) < 2e-3
+    with pytest.raises(ValueError, match="precision='tf32' is the fused kernel's"):
+        ns.spmm_dense(A, X32, W32, backend="cuda", precision="tf32")
+    with pytest.raises(ValueError, match="precision='tf32' takes float32 operands, not float64"):
+        ns.spmm_dense(A, X32.astype(np.float64), W32.astype(np.float64), fused=True, backend="cuda", precision="tf32")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        ns.spmm_dense(A, X32, W32, fused=True, backend="cuda", precision="fp8")
+
+
 def test_precision_tf32_through_the_api():
     import numbasparse as ns
     from numbasparse.cuda import device
