@@ -200,8 +200,8 @@ def check_fused(fused):
 def gcn_fuses(fused, has_matmul):
     """Whether ``spmm_dense`` runs HC-SpMM's fused kernel: for ``fused=True``, and for "auto"
     only where no matmul can run on the operands (Numba and other CUDA-array-interface arrays:
-    numbasparse calls no BLAS of its own); the fused kernel multiplies by W on CUDA cores, one 16-row window per
-    block, and lost to SpMM + cuBLAS in every measured case."""
+    numbasparse calls no BLAS of its own); the fused kernel aggregates one 16-row window per block
+    and lost to SpMM + cuBLAS in every measured case, its product with W on the tensor cores too."""
     if fused == "auto":
         return not has_matmul
     if not fused and not has_matmul:
