@@ -336,6 +336,8 @@ def _spmm_dense_checked(A, x, w, fused, backend, key, precision):
     first = dispatch.matmul_first(x.shape[1], w.shape[1])
     algo = dispatch.resolve("spmm", "auto", backend, x.on_device, x.shape[1], dtype=x.dtype)
     if algo.backend == "cpu":
+        if precision == "tf32":
+            raise ValueError("precision='tf32' runs on the CUDA backend's fused kernel (the tensor cores), not on the CPU")
         x32, w32 = _cpu_operands(x.dtype, x.array, w.array)
         host = _host_csr(A, x.dtype, "X")
         Z = algo.run(host, x32 @ w32, "sum") if first else algo.run(host, x32, "sum") @ w32

@@ -278,6 +278,19 @@ def test_spmm_dense_rejects_a_bad_fused(small, fused, error):
         ns.spmm_dense(A, np.ones((6, 4), np.float32), np.ones((4, 2), np.float32), fused=fused)
 
 
+@pytest.mark.parametrize("precision, fused, error, match", [
+    ("fp8", True, ValueError, "precision must be one of"),
+    (None, True, TypeError, "precision must be a string"),
+    ("tf32", "auto", ValueError, "precision='tf32' is the fused kernel's"),
+    ("tf32", True, ValueError, "precision='tf32' runs on the CUDA backend's fused kernel"),
+])
+def test_spmm_dense_rejects_a_precision_it_cannot_give(small, precision, fused, error, match):
+    A, _ = small
+    with pytest.raises(error, match=match):
+        ns.spmm_dense(A, np.ones((6, 4), np.float32), np.ones((4, 2), np.float32), fused=fused, backend="cpu",
+                      precision=precision)
+
+
 @pytest.mark.parametrize("X_shape, W_shape, W_dtype, error, match", [
     ((5, 4), (4, 2), np.float32, ValueError, "A has 6 columns but X has 5 rows"),
     ((6, 4), (3, 2), np.float32, ValueError, "X has 4 columns but W has 3 rows"),
