@@ -301,9 +301,9 @@ def spmm_dense(A, X, W, *, fused="auto", backend="auto", precision="ieee"):
         Numba and other CUDA-array-interface arrays, for which there is no matmul to call.
     backend: "auto", "cuda" or "cpu", as in :func:`spmm`.
     precision: "ieee" or, with ``fused=True`` and float32 operands, "tf32": the fused kernel's
-        product with W on the tensor cores with TF32 inputs (relative errors near 1e-3; sm_80
-        and later).  16-bit operands take that product on the tensor cores on sm_80 and later
-        whatever ``precision`` says (the aggregated rows rounded to 16 bits once more, as the
+        product with W on the tensor cores with TF32 inputs (relative errors of about 3e-4
+        measured; sm_80 and later).  16-bit operands with "ieee" take that product on the tensor
+        cores on sm_80 and later (the aggregated rows rounded to 16 bits once more, as the
         unfused path rounds its intermediate).
 
     Returns (M, F_out) of X's dtype and kind.  A repeated unfused call on torch tensors of one

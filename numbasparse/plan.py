@@ -36,16 +36,15 @@ class _Ordered:
     """The graph in one node order: the matrix the kernels see (device CSR or host scipy), and
     the index maps between that order and the caller's (``perm`` None: the caller's own)."""
 
-    def __init__(self, host, perm, backend, dtype, permuted=None):
+    def __init__(self, host, perm, backend, dtype, reordered=None):
+        """``reordered``: ``reorder.order.permuted(host, perm)``, made by the caller (who times it)."""
         self.perm = perm
         if perm is not None:
-            from .reorder.order import permuted as permute
-
             self.inverse = np.empty_like(perm)
             self.inverse[perm] = np.arange(perm.size)
             self.canonical = host
             # Entry p of the permuted CSR is entry entry_order[p] of the canonical one.
-            host, self.entry_order = permute(host, perm) if permuted is None else permuted
+            host, self.entry_order = reordered
             self.entry_inverse = np.empty_like(self.entry_order)
             self.entry_inverse[self.entry_order] = np.arange(self.entry_order.size)
         self.A = CSR._of_canonical(host, dtype=dtype) if backend == "cuda" else host
@@ -130,16 +129,19 @@ class Plan:
         self.shape, self.nnz, self.backend, self.algorithm = host.shape, host.nnz, backend, algorithm
         self.reorder, self.decisions, self._host, self._dtype = reorder, {}, host, dtype
         self.node_order = node_order
-        self._computed = {}  # "auto": the orders computed so far, {method: (perm, seconds, permuted matrix)}
-        t0 = time.perf_counter()
-        perm = permuted = None
+        self._computed = {}  # "auto": the orders computed so far (reorder.locality.choose_order's ``computed``)
+        perm = reordered = None
         if reorder not in (None, "auto"):
-            from .reorder.order import permuted as permute
+            from .reorder.order import compile_permuted, permuted
 
+            compile_permuted(host)
+            t0 = time.perf_counter()
             perm = _permutation(host, reorder, reorder_args)
-            permuted = permute(host, perm)
-        self.reorder_seconds = time.perf_counter() - t0
-        self._orders = {None: _Ordered(host, perm, backend, dtype, permuted)}  # "auto" adds the orders it takes
+            reordered = permuted(host, perm)
+            self.reorder_seconds = time.perf_counter() - t0
+        else:
+            self.reorder_seconds = 0.0
+        self._orders = {None: _Ordered(host, perm, backend, dtype, reordered)}  # "auto" adds the orders it takes
         self._fixed = self._orders[None]
         if decide_now:  # one order for every call, chosen before the caller permutes its features
             itemsize = check_value_dtype(host.dtype if dtype is None else dtype, "dtype").itemsize

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .order import degree_order, permuted, rcm_order
+from .order import compile_permuted, degree_order, permuted, rcm_order
 
 #: Calls within which a reordering's computing time must be won back for ``auto`` to take it.
 PAYBACK_CALLS = 100
@@ -80,16 +80,16 @@ def predicted_fetches(A, rows, held):
 
 def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK_CALLS, candidates=None,
                  computed=None, permutes=True):
-    """(method, perm, record): the order that pays for SpMM of square scipy CSR ``A`` (its
-    pattern: the values are not read) with ``n_cols`` columns of ``itemsize`` bytes on a GPU of
+    """(method, perm, record): the order that pays for SpMM of canonical square scipy CSR ``A``
+    (its pattern decides; its values are carried into the permuted copy) with ``n_cols`` columns of ``itemsize`` bytes on a GPU of
     ``l2_bytes`` of L2 and ``bandwidth`` bytes/s of DRAM, or (None, None, record) to keep A's own
     order.  ``record`` says why: B's and L2's bytes, the predicted fetches of each order (None for
     one whose time could not be won back even if it fetched each B row once: not predicted), the
     bytes a call would save net of the permutations, the seconds each order took (to compute,
     and to permute A by it where it could pay) and the calls to win them back, and
     ``model_seconds`` (the fetch predictions).  ``computed``: a dict {method: (perm, seconds,
-    (permuted A, entry_order) or None)} of orders computed before (for other widths), filled in
-    here, so that each order is computed and charged once; ``candidates``: (method, order function) pairs,
+    (permuted A, entry_order) for the order taken, else None)} of orders computed before (for
+    other widths), filled in here, so that each order is computed and charged once; ``candidates``: (method, order function) pairs,
     default CANDIDATES; ``permutes``: whether each call permutes B in and C out (False for a
     plan whose caller keeps its features in the plan's order)."""
     computed = {} if computed is None else computed
@@ -113,6 +113,7 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
                                              "permutations")
     best = (None, None)
     most_saved = (natural - used_columns) * row_bytes - permute_bytes  # an order fetching each row once
+    compile_permuted(A)
     for method, order in candidates:
         charged = 0.0  # (each order's time is charged once, at the decision that spent it)
         if method not in computed:
@@ -120,12 +121,6 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
             computed[method] = (order(pattern), time.perf_counter() - start, None)
             charged = computed[method][1]
         perm, seconds, matrix = computed[method]
-        if matrix is None and seconds * bandwidth <= payback_calls * most_saved:
-            start = time.perf_counter()  # a reordered plan permutes A by it: charged as well
-            matrix = permuted(A, perm)
-            spent = time.perf_counter() - start
-            seconds, charged = seconds + spent, charged + spent
-            computed[method] = (perm, seconds, matrix)
         if seconds * bandwidth > payback_calls * most_saved:  # cannot pay back even then: no prediction
             record[method] = dict(fetches=None, saved_bytes_per_call=None, seconds=charged,
                                   payback_calls=float("inf"))
@@ -134,10 +129,19 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
         fetches = predicted_fetches(pattern, perm, held)
         record["model_seconds"] += time.perf_counter() - start
         saved = (natural - fetches) * row_bytes - permute_bytes  # bytes per call
+        if matrix is None and 0 < saved and seconds * bandwidth <= payback_calls * saved:
+            start = time.perf_counter()  # a reordered plan permutes A by it: charged as well
+            matrix = permuted(A, perm)
+            spent = time.perf_counter() - start
+            seconds, charged = seconds + spent, charged + spent
+            computed[method] = (perm, seconds, matrix)
         calls = seconds * bandwidth / saved if saved > 0 else float("inf")
         record[method] = dict(fetches=fetches, saved_bytes_per_call=saved, seconds=charged, payback_calls=calls)
         if calls <= payback_calls and (best[0] is None or calls < record[best[0]]["payback_calls"]):
             best = (method, perm)
+    for method, (perm, seconds, matrix) in computed.items():  # (only the order taken keeps its copy of A)
+        if matrix is not None and method != best[0]:
+            computed[method] = (perm, seconds, None)
     record["why"] = (f"{best[0]} pays back within {payback_calls} calls" if best[0] else
                      f"no order pays back within {payback_calls} calls")
     return best[0], best[1], record

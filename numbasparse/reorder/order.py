@@ -27,22 +27,35 @@ def permute(A, perm):
 
 
 def permuted(A, perm):
-    """(``P A P^T``, entry_order) of a canonical square scipy CSR ``A`` and a checked int64
-    permutation ``perm``: entry p of the result is entry ``entry_order[p]`` of A (so values
-    in A's entry order map to the result's with ``values[entry_order]``).  One pass over the
-    entries' indices, faster than scipy's row and column indexing, which matters because the
-    reordering's time counts against what it saves per call."""
-    indptr, indices, entry_order = _permuted(A.indptr, A.indices, np.asarray(perm, np.int64))
+    """(``P A P^T``, entry_order) of a canonical square scipy CSR ``A`` and a permutation
+    ``perm`` of its nodes (ValueError otherwise): entry p of the result is entry
+    ``entry_order[p]`` of A (values in A's entry order map to the result's with
+    ``values[entry_order]``).  One pass over the entries' indices, faster than scipy's row and
+    column indexing, which matters because the reordering's time counts against what it saves
+    per call."""
+    perm = np.asarray(perm, np.int64)
+    n = A.shape[0]
+    if perm.shape != (n,) or (n and (perm.min() < 0 or perm.max() >= n or np.bincount(perm).max() > 1)):
+        raise ValueError(f"perm must be a permutation of 0..{n - 1}")  # (the njit pass would write out of bounds)
+    indptr, indices, entry_order = _permuted(A.indptr, A.indices, perm)
+    indptr, indices = indptr.astype(A.indptr.dtype), indices.astype(A.indices.dtype)
     result = sp.csr_matrix((A.data[entry_order], indices, indptr), shape=A.shape)
-    result.indices, result.indptr = indices.astype(A.indices.dtype), indptr.astype(A.indptr.dtype)  # (scipy narrows)
+    result.indices, result.indptr = indices, indptr  # (scipy narrows int64 indices that fit in int32)
     return result, entry_order
+
+
+def compile_permuted(A):
+    """Compile (or load) :func:`permuted`'s pass for ``A``'s index dtypes, so that the time a
+    reordering is charged is the permutation's, not the compiler's."""
+    _permuted(np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype), np.zeros(1, np.int64))
 
 
 @njit(cache=True)
 def _permuted(indptr, indices, perm):
     # Two stable counting sorts of the renumbered entries (by column, then by row): rows come
     # out sorted without comparing, in a few passes over the entries.
-    n, nnz = perm.size, indices.size
+    n = perm.size
+    nnz = indptr[n]  # (scipy's arrays may hold spare room past the last row's end)
     inverse = np.empty(n, np.int64)
     inverse[perm] = np.arange(n)
     new_indptr = np.zeros(n + 1, np.int64)

@@ -227,7 +227,8 @@ def test_fused_layer_on_tensor_cores_is_the_tf32_product(monkeypatch, k, f, fuse
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
 def test_fused_layer_of_16_bit_operands_through_the_api(name):
     """16-bit operands take the product with W on m16n8k16 (the aggregated rows rounded once
-    more): within two roundings of the float64 product of the rounded operands.  And
+    more): within two roundings of the float64 product of the rounded operands; on CUDA cores
+    (``tensor_cores=False``, GPUs before sm_80) within one.  And
     precision='tf32' through the API: fused only, float32 only."""
     import ml_dtypes
 
@@ -246,6 +247,11 @@ def test_fused_layer_of_16_bit_operands_through_the_api(name):
     exact = spmm_reference(rounded, X.astype(np.float64)) @ W.astype(np.float64)
     assert out.dtype == dtype
     assert np.linalg.norm(out.astype(np.float64) - exact) / np.linalg.norm(exact) <= 2 * u
+    dev = CSR.from_scipy(A, dtype=dtype)  # on CUDA cores (GPUs before sm_80): rounded once
+    cores = cuda.to_device(np.full((37, 21), 0xFFFF, np.uint16))  # poisoned
+    hc.spmm_dense(dev, cuda.to_device(X.view(np.uint16)), cuda.to_device(W.view(np.uint16)), cores)
+    cores = cores.copy_to_host().view(dtype).astype(np.float64)
+    assert np.linalg.norm(cores - exact) / np.linalg.norm(exact) <= u
     X32, W32 = X.astype(np.float32), W.astype(np.float32)
     tf32 = ns.spmm_dense(A, X32, W32, fused=True, backend="cuda", precision="tf32")
     exact = spmm_reference(A, X32) @ W32.astype(np.float64)

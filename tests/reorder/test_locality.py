@@ -93,13 +93,15 @@ def test_an_order_too_slow_to_pay_back_even_at_one_fetch_per_row_is_not_predicte
 
 
 def test_an_order_that_could_pay_is_charged_the_time_to_permute_the_graph_by_it():
-    """A reordered plan permutes A by the order: that time counts against the saving too, and
-    the permuted matrix is kept for the plan (not made twice)."""
-    shuffled = graphs.shuffled(band_graph(3000, 10))
-    computed = {"rcm": (np.arange(3000)[::-1].copy(), 0.0, None)}
-    _, _, record = locality.choose_order(shuffled, 8, 4, l2_bytes=2048, bandwidth=1e9,
-                                         candidates=(("rcm", None),), computed=computed)
+    """A reordered plan permutes A by the order: that time counts against the saving too; the
+    order taken keeps its permuted matrix for the plan (not made twice), one not taken none."""
+    shuffled = graphs.shuffled(band_graph(3000, 10), seed=0)
+    restore = np.argsort(np.random.default_rng(0).permutation(3000))  # back to the band order
+    computed = {"rcm": (restore, 0.0, None), "degree": (np.arange(3000), 0.0, None)}
+    method, _, record = locality.choose_order(shuffled, 8, 4, l2_bytes=2048, bandwidth=1e9,
+                                              candidates=(("rcm", None), ("degree", None)), computed=computed)
     perm, seconds, (matrix, entry_order) = computed["rcm"]
-    assert seconds > 0 and record["rcm"]["seconds"] == seconds
+    assert method == "rcm" and seconds > 0 and record["rcm"]["seconds"] == seconds
     expected = shuffled[perm][:, perm]
     assert (matrix != expected).nnz == 0 and np.array_equal(matrix.data, shuffled.data[entry_order])
+    assert computed["degree"][2] is None  # (the identity saves nothing: never permuted)

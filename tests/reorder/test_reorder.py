@@ -77,8 +77,9 @@ def test_permute_is_PAPT_and_refuses_bad_perms():
 @pytest.mark.parametrize("index", [np.int32, np.int64])
 def test_permuted_rows_are_canonical_and_map_every_entry_back(index):
     """Sorted columns in every row (kernels and users expect them), the caller's index width,
-    an empty row and a long one, and entry_order mapping each entry to its source."""
-    rng = np.random.default_rng()
+    an empty row and a long one, and entry_order mapping each entry to its source; a
+    permutation that is not one is refused before the unchecked pass sees it."""
+    rng = np.random.default_rng(11)
     A = sp.random(60, 60, density=0.1, format="csr", random_state=rng)
     A = sp.csr_matrix(A + sp.csr_matrix((np.ones(60), (np.zeros(60, int), np.arange(60))), shape=(60, 60)))
     A = A.tolil()
@@ -94,6 +95,9 @@ def test_permuted_rows_are_canonical_and_map_every_entry_back(index):
     new_rows = np.repeat(np.arange(60), np.diff(result.indptr))
     np.testing.assert_array_equal(perm[new_rows], rows[entry_order])
     np.testing.assert_array_equal(perm[result.indices], A.indices[entry_order])
+    for bad in (perm[:-1], np.r_[perm[:-1], perm[0]], np.r_[perm[:-1], 60], np.r_[perm[:-1], -1]):
+        with pytest.raises(ValueError, match="perm must be a permutation"):
+            permuted(A, bad)
 
 
 def test_row_window_stats():
