@@ -21,23 +21,17 @@ def permute(A, perm):
     The result is a new canonical CSR matrix (sorted column indices in every row, duplicates
     of ``A`` summed) of ``A``'s dtype.  ``A``: a square scipy.sparse matrix without NaN/inf
     weights (ValueError); negative weights are fine.  Neither ``A`` nor ``perm`` is modified."""
-    A = graph_copy(A, non_negative=False, dtype=None)
-    perm = check_permutation(perm, A.shape[0])
-    return permuted(A, perm)[0]
+    return permuted(graph_copy(A, non_negative=False, dtype=None), perm)[0]
 
 
 def permuted(A, perm):
     """(``P A P^T``, entry_order) of a canonical square scipy CSR ``A`` and a permutation
-    ``perm`` of its nodes (ValueError otherwise): entry p of the result is entry
-    ``entry_order[p]`` of A (values in A's entry order map to the result's with
-    ``values[entry_order]``).  One pass over the entries' indices, faster than scipy's row and
-    column indexing, which matters because the reordering's time counts against what it saves
-    per call."""
-    perm = np.asarray(perm, np.int64)
-    n = A.shape[0]
-    if perm.shape != (n,) or (n and (perm.min() < 0 or perm.max() >= n or np.bincount(perm).max() > 1)):
-        raise ValueError(f"perm must be a permutation of 0..{n - 1}")  # (the njit pass would write out of bounds)
-    indptr, indices, entry_order = _permuted(A.indptr, A.indices, perm)
+    ``perm`` of its nodes (checked by :func:`check_permutation`: the njit pass would write out
+    of bounds otherwise): entry p of the result is entry ``entry_order[p]`` of A (values in A's
+    entry order map to the result's with ``values[entry_order]``).  One pass over the entries'
+    indices, faster than scipy's row and column indexing, which matters because the
+    reordering's time counts against what it saves per call."""
+    indptr, indices, entry_order = _permuted(A.indptr, A.indices, check_permutation(perm, A.shape[0]))
     indptr, indices = indptr.astype(A.indptr.dtype), indices.astype(A.indices.dtype)
     result = sp.csr_matrix((A.data[entry_order], indices, indptr), shape=A.shape)
     result.indices, result.indptr = indices, indptr  # (scipy narrows int64 indices that fit in int32)
