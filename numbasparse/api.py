@@ -314,10 +314,6 @@ def spmm_dense(A, X, W, *, fused="auto", backend="auto", precision="ieee"):
     if unfused is not None:
         return unfused(A, X, W)
     dispatch.check_fused(fused)
-    dispatch.check_option("precision", precision, dispatch.PRECISIONS)
-    if precision == "tf32" and fused is not True:
-        raise ValueError("precision='tf32' is the fused kernel's (fused=True); the unfused path's matmul follows "
-                         "the framework's own TF32 setting")
     A = sparse_operand(A)
     x, w = _operands(("X", X), ("W", W))
     m, k = A.shape
@@ -325,8 +321,6 @@ def spmm_dense(A, X, W, *, fused="auto", backend="auto", precision="ieee"):
         raise ValueError(f"A has {k} columns but X has {x.shape[0]} rows (A is {m}x{k}, X is {x.shape})")
     if w.shape[0] != x.shape[1]:
         raise ValueError(f"X has {x.shape[1]} columns but W has {w.shape[0]} rows (W is {w.shape})")
-    if precision == "tf32" and x.dtype != np.float32:
-        raise ValueError(f"precision='tf32' takes float32 operands, not {x.dtype.name}")
     with _on_operands_gpu(A, x, w):
         return _spmm_dense_checked(A, x, w, fused, backend, key, precision)
 
@@ -335,9 +329,8 @@ def _spmm_dense_checked(A, x, w, fused, backend, key, precision):
     shape = (A.shape[0], w.shape[1])
     first = dispatch.matmul_first(x.shape[1], w.shape[1])
     algo = dispatch.resolve("spmm", "auto", backend, x.on_device, x.shape[1], dtype=x.dtype)
+    dispatch.check_gcn_precision(precision, fused, x.dtype, algo.backend)
     if algo.backend == "cpu":
-        if precision == "tf32":
-            raise ValueError("precision='tf32' runs on the CUDA backend's fused kernel (the tensor cores), not on the CPU")
         x32, w32 = _cpu_operands(x.dtype, x.array, w.array)
         host = _host_csr(A, x.dtype, "X")
         Z = algo.run(host, x32 @ w32, "sum") if first else algo.run(host, x32, "sum") @ w32
@@ -352,8 +345,6 @@ def _spmm_dense_checked(A, x, w, fused, backend, key, precision):
                 A.cache.put("replays", key, unfused)
             return unfused(dev, x.original, w.original)
         return arrays.host_result(x, _spmm_dense_unfused(matmul, first, dev, x.array, w.array))
-    if precision == "tf32":
-        dispatch.require_sm80("TF32 tensor cores (precision='tf32')", "precision='ieee'")
     tensor_cores = precision == "tf32" or (is_half(x.dtype) and dispatch.has_sm80())
     if x.on_device:
         result, out = arrays.empty_like_framework(x, shape, x.dtype)

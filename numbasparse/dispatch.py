@@ -210,6 +210,24 @@ def gcn_fuses(fused, has_matmul):
     return bool(fused)
 
 
+def check_gcn_precision(precision, fused, dtype, backend):
+    """ValueError/TypeError unless ``spmm_dense`` can give ``precision`` with ``fused``, operands of
+    ``dtype`` on ``backend`` (the resolved one): "ieee" always; "tf32" on the fused kernel only
+    (the unfused path's matmul follows its framework's TF32 setting), for float32 operands, on
+    the CUDA backend of a GPU with TF32 tensor cores."""
+    check_option("precision", precision, PRECISIONS)
+    if precision != "tf32":
+        return
+    if fused is not True:
+        raise ValueError("precision='tf32' is the fused kernel's (fused=True); the unfused path's matmul follows "
+                         "the framework's own TF32 setting")
+    if dtype != np.float32:
+        raise ValueError(f"precision='tf32' takes float32 operands, not {dtype.name}")
+    if backend == "cpu":
+        raise ValueError("precision='tf32' runs on the CUDA backend's fused kernel (the tensor cores), not on the CPU")
+    require_sm80("TF32 tensor cores (precision='tf32')", "precision='ieee'")
+
+
 def matmul_first(f_in, f_out):
     """Whether ``(A @ X) @ W`` is computed as ``A @ (X @ W)``: where W has fewer columns than
     rows, so that the SpMM, whose time grows with the columns of each row it gathers, reads the

@@ -1,5 +1,6 @@
 """``prepare()``: upload and reorder a graph once, then run SpMM/SDDMM in the caller's node order
 (or, with ``node_order="plan"``, in the plan's)."""
+import functools
 import time
 
 import numpy as np
@@ -10,7 +11,7 @@ from .cuda.device import gpu_present
 from .csr import CSR, canonical_csr
 from .dtypes import check_value_dtype
 
-REORDERINGS = (None, "auto", "louvain", "loa", "rcm", "degree")
+REORDERINGS = (None, "auto", "louvain", "loa", "bfs", "rcm", "degree")
 #: Whose node order a plan's operands and results are in (see :func:`prepare`).
 NODE_ORDERS = ("caller", "plan")
 
@@ -25,11 +26,11 @@ def _permutation(host, reorder, reorder_args):
         from .reorder import loa
 
         return loa(host, **reorder_args)
-    from .reorder import degree_order, rcm_order
+    from .reorder import order
 
     if reorder_args:
         raise TypeError(f"reorder={reorder!r} takes no arguments, got {sorted(reorder_args)}")
-    return (rcm_order if reorder == "rcm" else degree_order)(host)
+    return {"bfs": order.bfs_of, "rcm": order.rcm_order, "degree": order.degree_of}[reorder](host)
 
 
 class _Ordered:
@@ -45,10 +46,16 @@ class _Ordered:
             self.canonical = host
             # Entry p of the permuted CSR is entry entry_order[p] of the canonical one.
             host, self.entry_order = reordered
-            self.entry_inverse = np.empty_like(self.entry_order)
-            self.entry_inverse[self.entry_order] = np.arange(self.entry_order.size)
         self.A = CSR._of_canonical(host, dtype=dtype) if backend == "cuda" else host
         self._by_dtype = {}
+
+    @functools.cached_property
+    def entry_inverse(self):
+        """Where each entry of the canonical CSR sits in the permuted one (built at the first
+        call that needs it: a pass over the entries a plan for SpMM alone never pays)."""
+        inverse = np.empty_like(self.entry_order)
+        inverse[self.entry_order] = np.arange(self.entry_order.size)
+        return inverse
 
     def matrix(self, dtype):
         """The matrix the kernels see with values of ``dtype``: the dense operands decide, as in
@@ -268,8 +275,9 @@ def prepare(A, *, reorder=None, algorithm="auto", backend="auto", dtype=None, in
     """Upload ``A`` once (and reorder it) for repeated ``plan.spmm(B)`` / ``plan.sddmm(X, Y)``.
 
     reorder: None, "louvain" (HP-SpMM's graph-clustering order, :func:`reorder.cluster_order`),
-        "loa" (HC-SpMM's layout reorganization, :func:`reorder.loa`), "rcm" or "degree" (cheap
-        locality orders: :func:`reorder.rcm_order`, :func:`reorder.degree_order`); extra keyword
+        "loa" (HC-SpMM's layout reorganization, :func:`reorder.loa`), "bfs", "rcm" or "degree"
+        (cheap locality orders: :func:`reorder.bfs_order`, :func:`reorder.rcm_order`,
+        :func:`reorder.degree_order`); extra keyword
         arguments go to louvain/loa (``seed``, ``resolution``, ``window``, ``vertex_window``).
         "auto": on the GPU, per width N at its first call, the cheap order whose predicted saving
         of DRAM traffic (B rows fetched again once B outgrows L2) net of the per-call

@@ -93,7 +93,7 @@ def test_auto_reorders_per_width_where_the_model_says_it_pays(monkeypatch):
     for n in (8, 1):
         B = rng.standard_normal((400, n)).astype(np.float32)
         assert_close(plan.spmm(cuda.to_device(B)).copy_to_host(), spmm_reference(A, B), np.float32)
-    assert plan.decisions[8]["method"] in ("rcm", "degree") and plan.decisions[1]["method"] is None
+    assert plan.decisions[8]["method"] in ("bfs", "degree") and plan.decisions[1]["method"] is None
     assert plan.perm is None  # the order taken last (N = 1)
     X = rng.standard_normal((400, 8)).astype(np.float32)
     values = plan.sddmm(cuda.to_device(X), cuda.to_device(X)).copy_to_host()
@@ -121,15 +121,15 @@ def test_auto_reads_only_the_pattern_and_computes_each_order_once(monkeypatch):
     A = graphs.shuffled(sp.diags([np.ones(400 - abs(k), np.float32) for k in offsets], offsets, format="csr"))
     A.data[0] = np.nan
     computed = []
-    rcm = locality.rcm_order
-    monkeypatch.setattr(locality, "CANDIDATES", (("rcm", lambda G: computed.append(1) or rcm(G)),))
+    bfs = locality.bfs_of
+    monkeypatch.setattr(locality, "CANDIDATES", (("bfs", lambda G: computed.append(1) or bfs(G)),))
     plan = ns.prepare(A, reorder="auto", backend="cuda", algorithm="hp")
     rng = np.random.default_rng(2)
     for n in (8, 9):
         B = rng.standard_normal((400, n)).astype(np.float32)
         C = plan.spmm(cuda.to_device(B)).copy_to_host()
-        assert np.isnan(C).any() and plan.decisions[n]["method"] == "rcm"
-    assert computed == [1] and plan.decisions[9]["rcm"]["seconds"] == 0.0
+        assert np.isnan(C).any() and plan.decisions[n]["method"] == "bfs"
+    assert computed == [1] and plan.decisions[9]["bfs"]["seconds"] == 0.0
     out = cuda.device_array((400, 8), np.float32)
     assert plan.spmm(cuda.to_device(B[:, :8].copy()), out=out) is out  # the graph's own order
     with pytest.raises(ValueError, match="A has 400 columns but B has 3 rows"):
@@ -183,7 +183,7 @@ def test_plan_order_lets_auto_take_an_order_the_per_call_permutations_would_eat(
     pattern = ns.api.canonical_csr(A)
     caller = locality.choose_order(pattern, 8, 4, 8192, 1e8)
     plan_kept = locality.choose_order(pattern, 8, 4, 8192, 1e8, permutes=False)
-    assert caller[0] is None and plan_kept[0] in ("rcm", "degree")
+    assert caller[0] is None and plan_kept[0] in ("bfs", "degree")
     plan = ns.prepare(A, reorder="auto", backend="cuda", algorithm="hp", node_order="plan", n_cols=8)
     assert plan.decisions[8]["method"] == plan_kept[0] and plan.perm is not None
     B = np.random.default_rng(3).standard_normal((400, 8)).astype(np.float32)

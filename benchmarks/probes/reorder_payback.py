@@ -24,7 +24,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--graphs", default="rmat:20")
     p.add_argument("--n", default="64,256")
-    p.add_argument("--methods", default="rcm,degree,louvain,auto")
+    p.add_argument("--methods", default="bfs,rcm,degree,louvain,auto")
     p.add_argument("--louvain-max-nnz", type=int, default=5_000_000, help="skip Louvain above this")
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -81,6 +81,9 @@ def main():
                            recovered=times["natural"] / times[method], **prep[method],
                            payback_calls=(prep[method]["reorder_seconds"] * 1e3 / saved_ms if saved_ms > 0
                                           else float("inf")))
+                if method == "auto@plan":  # the same decision on the graph in its natural order
+                    row["auto_on_natural"] = ns.prepare(natural, reorder="auto", node_order="plan",
+                                                        n_cols=n).decisions[n]["method"]
                 if method.startswith("auto"):
                     decision = plans[method].decisions.get(n, {})
                     row["auto_took"] = decision.get("method")
@@ -91,7 +94,8 @@ def main():
                 print(f"{spec:28s} N={n:<4d} {method:8s} {times[method]:8.3f} ms  natural {times['natural']:.3f}"
                       f"  shuffled {times['none']:.3f}  recovered {row['recovered']:.2f}  order "
                       f"{row['reorder_seconds']:.2f} s  payback {row['payback_calls']:.0f} calls"
-                      + (f"  auto took {row['auto_took']}: {row['auto_why']}" if method.startswith("auto") else ""),
+                      + (f"  auto took {row['auto_took']}: {row['auto_why']}" if method.startswith("auto") else "")
+                      + (f"  on the natural graph: {row['auto_on_natural']}" if "auto_on_natural" in row else ""),
                       flush=True)
             with open(args.out, "w") as f:
                 json.dump(dict(device=torch.cuda.get_device_name(), rows=rows), f, indent=1, default=str)

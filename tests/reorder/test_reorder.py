@@ -160,6 +160,29 @@ def test_rcm_order_recovers_the_locality_a_shuffle_took():
     assert _bandwidth(permute(mixed, rcm_order(mixed))) <= 6
 
 
+def test_bfs_order_recovers_the_locality_a_shuffle_took():
+    from numbasparse.reorder import bfs_order
+
+    n = 400
+    band = sp.diags([np.ones(n - k) for k in (1, 2, 3)], [1, 2, 3], shape=(n, n), format="csr")
+    band = (band + band.T).tocsr()  # bandwidth 3
+    mixed = graphs.shuffled(band, seed=1)
+    # (from a root inside the band the sweep grows two fronts, interleaved: within twice RCM's)
+    assert _bandwidth(mixed) > 100 and _bandwidth(permute(mixed, bfs_order(mixed))) <= 12
+
+
+def test_bfs_order_numbers_each_nodes_unreached_neighbours_next_and_restarts_at_the_lowest_unreached():
+    """Directed: 0 -> 3, 1; 3 -> 2; 1 -> 3 (reached already); node 4 unreachable from 0 and 5
+    only from 4: the sweep restarts at 4.  Neighbours are taken in column order."""
+    from numbasparse.reorder import bfs_order
+
+    edges = [(0, 3), (0, 1), (3, 2), (1, 3), (4, 5)]
+    A = sp.csr_matrix((np.ones(len(edges)), tuple(zip(*edges))), shape=(6, 6))
+    assert bfs_order(A).tolist() == [0, 1, 3, 2, 4, 5]
+    assert bfs_order(sp.csr_matrix((0, 0))).shape == (0,)
+    assert bfs_order(sp.csr_matrix((3, 3))).tolist() == [0, 1, 2]
+
+
 def test_degree_order_puts_hubs_first_and_keeps_ties_in_order():
     from numbasparse.reorder import degree_order
 
@@ -173,7 +196,7 @@ def test_locality_orders_are_permutations_and_leave_results_unchanged():
 
     A = graphs.powerlaw(300, seed=4)
     B = np.random.default_rng(0).standard_normal((300, 5))
-    for reorder in ("rcm", "degree"):
+    for reorder in ("bfs", "rcm", "degree"):
         plan = ns.prepare(A, reorder=reorder, backend="cpu")
         assert sorted(plan.perm.tolist()) == list(range(300))
         np.testing.assert_allclose(plan.spmm(B), ns.spmm(A, B, backend="cpu"), rtol=1e-5, atol=1e-6)
