@@ -10,9 +10,12 @@ from .louvain import louvain
 def check_permutation(perm, n):
     """``perm`` as a new int64 array, if it is a permutation of 0..n-1 (ValueError otherwise)."""
     perm = np.asarray(perm)
-    if perm.shape != (n,) or perm.dtype.kind not in "iu" or not np.array_equal(np.sort(perm), np.arange(n)):
+    if perm.shape != (n,) or perm.dtype.kind not in "iu" or (n and (perm.min() < 0 or perm.max() >= n)):
         raise ValueError(f"perm must be a permutation of 0..{n - 1}")
-    return perm.astype(np.int64)  # a copy, even of an int64 perm
+    perm = perm.astype(np.int64)  # a copy, even of an int64 perm
+    if not np.bincount(perm, minlength=n).all():  # n values in range, each at least once: once each
+        raise ValueError(f"perm must be a permutation of 0..{n - 1}")
+    return perm
 
 
 def permute(A, perm):
@@ -54,13 +57,16 @@ def compile_permuted(A):
 
 #: Rows up to this long are sorted by insertion, longer ones by quicksort.
 _SHORT_ROW = 32
+#: Pieces of equal entry counts the rows are dealt out in (static chunks of equal row counts
+#: would give one core every hub of a degree order).
+_PIECES = 1024
 
 
 @njit(parallel=True, cache=True)
 def _permuted(indptr, indices, data, perm):
-    # Row i of the result is row perm[i] of A with renumbered columns, sorted: each row is
-    # independent, so rows go to the cores; each sorts (column << 32 | offset) keys in the slice
-    # of entry_order it will fill, so no row allocates.
+    # Row i of the result is row perm[i] of A with renumbered columns, sorted: rows are
+    # independent, so pieces of rows go to the cores; each row sorts (column << 32 | offset)
+    # keys in the slice of entry_order it will fill, so no row allocates.
     n = perm.size
     inverse = np.empty(n, np.int64)
     new_indptr = np.zeros(n + 1, np.int64)
@@ -73,25 +79,34 @@ def _permuted(indptr, indices, data, perm):
     new_indices = np.empty(nnz, indices.dtype)
     new_data = np.empty(nnz, data.dtype)
     entry_order = np.empty(nnz, np.int64)
-    for i in prange(n):
-        start, at, length = indptr[perm[i]], new_indptr[i], new_indptr[i + 1] - new_indptr[i]
-        keys = entry_order[at:at + length]
-        for j in range(length):
-            keys[j] = (inverse[indices[start + j]] << 32) | j
-        if length > _SHORT_ROW:
-            keys.sort()
-        else:
-            for j in range(1, length):
-                key, m = keys[j], j - 1
-                while m >= 0 and keys[m] > key:
-                    keys[m + 1] = keys[m]
-                    m -= 1
-                keys[m + 1] = key
-        for j in range(length):  # split each key into the new column and the entry it came from
-            new_indices[at + j] = keys[j] >> 32
-            keys[j] = start + (keys[j] & 0xFFFFFFFF)
-            new_data[at + j] = data[keys[j]]
+    bounds = np.empty(_PIECES + 1, np.int64)  # piece k: the rows that start in its share of entries
+    bounds[:_PIECES] = np.searchsorted(new_indptr[:n], np.arange(_PIECES) * (nnz / _PIECES))
+    bounds[_PIECES] = n
+    for piece in prange(_PIECES):
+        for i in range(bounds[piece], bounds[piece + 1]):
+            _permute_row(indptr[perm[i]], new_indptr[i], new_indptr[i + 1] - new_indptr[i], indices, data,
+                         inverse, new_indices, new_data, entry_order)
     return new_indptr, new_indices, new_data, entry_order
+
+
+@njit(cache=True)
+def _permute_row(start, at, length, indices, data, inverse, new_indices, new_data, entry_order):
+    keys = entry_order[at:at + length]
+    for j in range(length):
+        keys[j] = (inverse[indices[start + j]] << 32) | j
+    if length > _SHORT_ROW:
+        keys.sort()
+    else:
+        for j in range(1, length):
+            key, m = keys[j], j - 1
+            while m >= 0 and keys[m] > key:
+                keys[m + 1] = keys[m]
+                m -= 1
+            keys[m + 1] = key
+    for j in range(length):  # split each key into the new column and the entry it came from
+        new_indices[at + j] = keys[j] >> 32
+        keys[j] = start + (keys[j] & 0xFFFFFFFF)
+        new_data[at + j] = data[keys[j]]
 
 
 def cluster_order(A, **louvain_args):
