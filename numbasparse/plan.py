@@ -43,16 +43,21 @@ class _Ordered:
         if perm is not None:
             self.inverse = np.empty_like(perm)
             self.inverse[perm] = np.arange(perm.size)
-            self.canonical = host
-            # Entry p of the permuted CSR is entry entry_order[p] of the canonical one.
-            host, self.entry_order = reordered
+            self.canonical, host = host, reordered
         self.A = CSR._of_canonical(host, dtype=dtype) if backend == "cuda" else host
         self._by_dtype = {}
 
     @functools.cached_property
+    def entry_order(self):
+        """Entry p of the permuted CSR is entry ``entry_order[p]`` of the canonical one (made at
+        the first call that needs it: an SDDMM in the caller's order)."""
+        from .reorder.order import entry_order
+
+        return entry_order(self.canonical, self.perm)
+
+    @functools.cached_property
     def entry_inverse(self):
-        """Where each entry of the canonical CSR sits in the permuted one (built at the first
-        call that needs it: a pass over the entries a plan for SpMM alone never pays)."""
+        """Where each entry of the canonical CSR sits in the permuted one."""
         inverse = np.empty_like(self.entry_order)
         inverse[self.entry_order] = np.arange(self.entry_order.size)
         return inverse

@@ -271,13 +271,32 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
             cuda.syncthreads()
 
     @cuda.jit(device=True, inline="always")
+    def finite_slice(w, col0, col_ptr, cols, B):
+        """Whether the B rows window w reads hold only finite values in the 32 columns from
+        ``col0`` (for every thread of the block: a barrier)."""
+        t = cuda.threadIdx.x
+        n = B.shape[1]
+        lo = col_ptr[w]
+        found = 0
+        for e in range(t, (col_ptr[w + 1] - lo) * COLS, THREADS):
+            k = e // COLS
+            j = col0 + e - k * COLS
+            if j < n:
+                v = to_compute(B[cols[lo + k], j])
+                if v - v != zero:  # (Inf - Inf and NaN - NaN are NaN)
+                    found = 1
+        return cuda.syncthreads_or(found) == 0
+
+    @cuda.jit(device=True, inline="always")
     def window_into(acc, w, col0, use_tiles, indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry,
                     tile_slot, B):
         """``acc`` = the window's product with 32 columns of B from ``col0``, on the path
-        ``use_tiles[w]`` picks."""
+        ``use_tiles[w]`` picks, or on the CUDA-core path where the window's B rows hold an Inf
+        or NaN in those columns: a dense tile multiplies them by the zeros of its empty slots
+        too, which would make rows that never read them NaN."""
         for q in range(PER_THREAD):
             acc[q] = zero
-        if use_tiles[w]:
+        if use_tiles[w] and finite_slice(w, col0, col_ptr, cols, B):
             if tensor_cores:  # (tile_entry, tile_slot: frag_base, frag_src)
                 tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, tile_entry, tile_slot, B)
             else:
@@ -530,8 +549,8 @@ def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid", tf32=False):
     (:func:`paths`); ``tf32``: the dense-tile path on the tensor cores (float32 operands,
     TF32 inputs: relative errors near 1e-3; sm_80 and later).  float16 and bfloat16 operands
     always take their tiles on the tensor cores (sm_80 and later), accumulated in float32 and
-    rounded once.  The tiles are dense: an Inf or NaN in a row of B that any row of a window
-    uses makes the window's other rows NaN too (0 x Inf in their empty slots)."""
+    rounded once.  A window whose B rows hold an Inf or NaN in a block's columns takes the
+    CUDA-core path there (a dense tile would spread them to rows that never read them)."""
     m, n = C.shape
     if m == 0 or n == 0:
         return

@@ -113,7 +113,7 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     bytes a call would save net of the permutations, the seconds each order took (to compute,
     and to permute A by it where it could pay) and the calls to win them back, and
     ``model_seconds`` (the fetch predictions).  ``computed``: a dict {method: (perm, seconds,
-    (permuted A, entry_order) for the order taken, else None)} of orders computed before (for
+    permuted A for the order taken, else None)} of orders computed before (for
     other widths), filled in here, so that each order is computed and charged once; ``candidates``: (method, order function) pairs,
     default CANDIDATES; ``permutes``: whether each call permutes B in and C out (False for a
     plan whose caller keeps its features in the plan's order)."""

@@ -24,35 +24,50 @@ def permute(A, perm):
     The result is a new canonical CSR matrix (sorted column indices in every row, duplicates
     of ``A`` summed) of ``A``'s dtype.  ``A``: a square scipy.sparse matrix without NaN/inf
     weights (ValueError); negative weights are fine.  Neither ``A`` nor ``perm`` is modified."""
-    return permuted(graph_copy(A, non_negative=False, dtype=None), perm)[0]
+    return permuted(graph_copy(A, non_negative=False, dtype=None), perm)
 
 
 def permuted(A, perm):
-    """(``P A P^T``, entry_order) of a canonical square scipy CSR ``A`` and a permutation
-    ``perm`` of its nodes (checked by :func:`check_permutation`: the njit pass would write out
-    of bounds otherwise): entry p of the result is entry ``entry_order[p]`` of A (values in A's
-    entry order map to the result's with ``values[entry_order]``).  Rows are permuted in
-    parallel across the CPU's cores, because the reordering's time counts against what it
-    saves per call.  Graphs of 2**31 nodes or more are refused (ValueError)."""
+    """``P A P^T`` of a canonical square scipy CSR ``A`` and a permutation ``perm`` of its nodes
+    (checked by :func:`check_permutation`: the njit pass would write out of bounds otherwise),
+    a canonical CSR of A's dtypes.  Rows are permuted in parallel across the CPU's cores,
+    because the reordering's time counts against what it saves per call.  Graphs of 2**31
+    nodes or more are refused (ValueError)."""
+    return _permute(A, perm, entries=False)[0]
+
+
+def entry_order(A, perm):
+    """Where the entries of ``permuted(A, perm)`` come from: its entry p is entry
+    ``entry_order[p]`` of A (values in A's entry order map to the result's with
+    ``values[entry_order]``).  The permutation's pass once more, for the callers that need it
+    (a reordered plan's SDDMM in the caller's order), so that SpMM's plans neither compute nor
+    keep 8 bytes per entry."""
+    return _permute(A, perm, entries=True)[1]
+
+
+def _permute(A, perm, entries):
     n = A.shape[0]
     if n >= 2**31:  # the pass packs a column and an offset into one int64 sort key
         raise ValueError(f"A has {n} nodes; reordering takes graphs of fewer than 2**31")
     from ..cpu.threads import parallel_call
 
-    indptr, indices, data, entry_order = parallel_call(_permuted, A.indptr, A.indices, A.data,
-                                                       check_permutation(perm, n))
-    result = sp.csr_matrix((data, indices, indptr.astype(A.indptr.dtype)), shape=A.shape)
-    result.indices, result.indptr = indices, indptr.astype(A.indptr.dtype)  # (scipy narrows int64 indices)
-    return result, entry_order
+    perm = check_permutation(perm, n)
+    order = np.empty(A.indptr[n] if entries else 0, np.int64)
+    indptr, indices, data = parallel_call(_permuted, A.indptr, A.indices, A.data, perm, order)
+    indptr = indptr.astype(A.indptr.dtype)
+    result = sp.csr_matrix((data, indices, indptr), shape=A.shape)
+    result.indices, result.indptr = indices, indptr  # (scipy narrows int64 indices that fit in int32)
+    return result, order
 
 
 def compile_permuted(A):
-    """Compile (or load) :func:`permuted`'s pass for ``A``'s dtypes, so that the time a
-    reordering is charged is the permutation's, not the compiler's."""
+    """Compile (or load) the njit passes of :func:`permuted` and :func:`bfs_order` for ``A``'s
+    dtypes, so that the time a reordering is charged is its own, not the compiler's."""
     from ..cpu.threads import parallel_call
 
-    parallel_call(_permuted, np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype), np.zeros(0, A.dtype),
-                  np.zeros(1, np.int64))
+    indptr, indices = np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype)
+    parallel_call(_permuted, indptr, indices, np.zeros(0, A.dtype), np.zeros(1, np.int64), np.zeros(0, np.int64))
+    _bfs(indptr, indices, 1)
 
 
 #: Rows up to this long are sorted by insertion, longer ones by quicksort.
@@ -63,10 +78,10 @@ _PIECES = 1024
 
 
 @njit(parallel=True, cache=True)
-def _permuted(indptr, indices, data, perm):
+def _permuted(indptr, indices, data, perm, entry_order):
     # Row i of the result is row perm[i] of A with renumbered columns, sorted: rows are
-    # independent, so pieces of rows go to the cores; each row sorts (column << 32 | offset)
-    # keys in the slice of entry_order it will fill, so no row allocates.
+    # independent, so pieces of rows go to the cores, each sorting (column << 32 | offset) keys
+    # of one row at a time in a buffer of its own.  ``entry_order``: filled unless empty.
     n = perm.size
     inverse = np.empty(n, np.int64)
     new_indptr = np.zeros(n + 1, np.int64)
@@ -78,35 +93,40 @@ def _permuted(indptr, indices, data, perm):
     nnz = new_indptr[n]
     new_indices = np.empty(nnz, indices.dtype)
     new_data = np.empty(nnz, data.dtype)
-    entry_order = np.empty(nnz, np.int64)
     bounds = np.empty(_PIECES + 1, np.int64)  # piece k: the rows that start in its share of entries
     bounds[:_PIECES] = np.searchsorted(new_indptr[:n], np.arange(_PIECES) * (nnz / _PIECES))
     bounds[_PIECES] = n
     for piece in prange(_PIECES):
+        longest = 0
         for i in range(bounds[piece], bounds[piece + 1]):
-            _permute_row(indptr[perm[i]], new_indptr[i], new_indptr[i + 1] - new_indptr[i], indices, data,
-                         inverse, new_indices, new_data, entry_order)
-    return new_indptr, new_indices, new_data, entry_order
+            longest = max(longest, new_indptr[i + 1] - new_indptr[i])
+        keys = np.empty(longest, np.int64)
+        for i in range(bounds[piece], bounds[piece + 1]):
+            start, at, length = indptr[perm[i]], new_indptr[i], new_indptr[i + 1] - new_indptr[i]
+            _sorted_keys(keys, length, indices[start:start + length], inverse)
+            for j in range(length):  # split each key into the new column and the entry it came from
+                new_indices[at + j] = keys[j] >> 32
+                new_data[at + j] = data[start + (keys[j] & 0xFFFFFFFF)]
+            if entry_order.size:
+                for j in range(length):
+                    entry_order[at + j] = start + (keys[j] & 0xFFFFFFFF)
+    return new_indptr, new_indices, new_data
 
 
 @njit(cache=True)
-def _permute_row(start, at, length, indices, data, inverse, new_indices, new_data, entry_order):
-    keys = entry_order[at:at + length]
+def _sorted_keys(keys, length, columns, inverse):
+    # (new column << 32 | offset in the row) of a row's entries, sorted, in keys[:length]
     for j in range(length):
-        keys[j] = (inverse[indices[start + j]] << 32) | j
+        keys[j] = (inverse[columns[j]] << 32) | j
     if length > _SHORT_ROW:
-        keys.sort()
-    else:
-        for j in range(1, length):
-            key, m = keys[j], j - 1
-            while m >= 0 and keys[m] > key:
-                keys[m + 1] = keys[m]
-                m -= 1
-            keys[m + 1] = key
-    for j in range(length):  # split each key into the new column and the entry it came from
-        new_indices[at + j] = keys[j] >> 32
-        keys[j] = start + (keys[j] & 0xFFFFFFFF)
-        new_data[at + j] = data[keys[j]]
+        keys[:length].sort()
+        return
+    for j in range(1, length):
+        key, m = keys[j], j - 1
+        while m >= 0 and keys[m] > key:
+            keys[m + 1] = keys[m]
+            m -= 1
+        keys[m + 1] = key
 
 
 def cluster_order(A, **louvain_args):

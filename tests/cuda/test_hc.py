@@ -5,6 +5,7 @@ import pytest
 import scipy.sparse as sp
 from numba import cuda
 
+import numbasparse as ns
 from numbasparse import CSR
 from numbasparse.cuda import hc
 from numbasparse.reference import spmm_reference
@@ -134,19 +135,27 @@ def test_half_tiles_on_the_tensor_cores_match_the_float32_sum(name, mode, n, wid
     assert np.linalg.norm(C.astype(np.float64) - expected) / np.linalg.norm(expected) <= 2.0 ** -8
 
 
-@pytest.mark.parametrize("tf32", [False, True])
-def test_a_non_finite_b_row_reaches_every_row_of_its_tile_window(tf32):
-    """What the README says: the tiles are dense, so 0 x Inf in an empty slot is NaN."""
+@pytest.mark.parametrize("dtype, tf32", [(np.float32, False), (np.float32, True), (np.float16, False)])
+@pytest.mark.parametrize("special", [np.inf, np.nan])
+def test_a_non_finite_b_row_reaches_only_the_rows_that_read_it(dtype, tf32, special):
+    """A dense tile would multiply an Inf or NaN of B by its empty slots (0 x Inf = NaN) and
+    spread it to rows that never read it: such a window takes the CUDA-core path for that
+    block of columns; the other block of columns stays on the tiles."""
     from numbasparse.cuda import device
 
-    if tf32 and not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
-        pytest.skip("TF32 tensor cores need sm_80")
-    A = sp.csr_matrix(([1.0, 2.0], ([0, 1], [0, 1])), shape=(2, 2))  # row 1 does not use B[0]
-    B = np.array([[np.inf], [1.0]], np.float32)
-    dev = _setup(A, np.float32, "tiles")
-    C = cuda.to_device(np.zeros((2, 1), np.float32))
-    hc.spmm_hc(dev, cuda.to_device(B), C, mode="tiles", tf32=tf32)
-    assert np.isinf(C.copy_to_host()[0, 0]) and np.isnan(C.copy_to_host()[1, 0])
+    needs_sm80 = tf32 or dtype == np.float16
+    if needs_sm80 and not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
+        pytest.skip("tensor cores need sm_80")
+    A = sp.csr_matrix(([1.0, 2.0, 3.0], ([0, 1, 1], [0, 1, 2])), shape=(2, 3))  # row 1 does not use B[0]
+    B = (np.arange(1.0, 1.0 + 3 * 40).reshape(3, 40) / 64).astype(dtype)
+    B[0, 5] = special
+    C = ns.spmm(_setup(A, dtype, "tiles"), B, algorithm="hc_tiles", backend="cuda",
+                precision="tf32" if tf32 else "ieee").astype(np.float64)
+    expected = A @ B.astype(np.float64)  # (sparse: only stored entries multiply)
+    assert np.isnan(C[0, 5]) if np.isnan(special) else C[0, 5] == np.inf
+    finite = np.isfinite(expected)
+    assert finite.sum() == 79
+    np.testing.assert_allclose(C[finite], expected[finite], rtol=2e-3)
 
 
 def test_hc_dense_window_float64():
@@ -170,6 +179,19 @@ def test_fused_layer_matches_unfused(mode, k, f):
     out = cuda.to_device(np.full((21, f), np.nan, np.float32))
     hc.spmm_dense(dev, cuda.to_device(X), cuda.to_device(W), out, mode=mode)
     assert_close(out.copy_to_host(), spmm_reference(A, X) @ W.astype(np.float64), np.float32)
+
+
+def test_fused_layer_keeps_a_nan_of_x_in_the_rows_that_read_it():
+    """The fused layer aggregates A @ X on the window's path: a NaN in X reaches only the rows
+    of A @ X (and of the output) that read it, as in the unfused layer."""
+    A = sp.csr_matrix(([1.0, 2.0], ([0, 1], [0, 1])), shape=(2, 2))  # row 1 does not read X[0]
+    X = np.array([[np.nan, 1.0], [0.5, 2.0]], np.float32)
+    W = np.array([[1.0, -1.0], [2.0, 0.5]], np.float32)
+    out = cuda.to_device(np.full((2, 2), -7.0, np.float32))
+    hc.spmm_dense(_setup(A, np.float32, "tiles"), cuda.to_device(X), cuda.to_device(W), out, mode="tiles")
+    out = out.copy_to_host()
+    assert np.isnan(out[0]).all()
+    np.testing.assert_allclose(out[1], (2.0 * X[1]) @ W, rtol=1e-6)
 
 
 def test_fused_layer_wider_than_shared_memory(monkeypatch):

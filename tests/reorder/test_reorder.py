@@ -6,7 +6,7 @@ import scipy.sparse as sp
 
 from numbasparse import graphs
 from numbasparse.reorder import cluster_order, louvain, modularity, permute, row_window_stats
-from numbasparse.reorder.order import permuted
+from numbasparse.reorder.order import entry_order, permuted
 
 
 def cliques(sizes, bridges=True):
@@ -88,16 +88,19 @@ def test_permuted_rows_are_canonical_and_map_every_entry_back(index):
     A.eliminate_zeros()
     A.indices, A.indptr = A.indices.astype(index), A.indptr.astype(index)
     perm = rng.permutation(60)
-    result, entry_order = permuted(A, perm)
+    result, order = permuted(A, perm), entry_order(A, perm)
     assert result.has_sorted_indices and result.indices.dtype == index and result.indptr.dtype == index
     np.testing.assert_array_equal(result.toarray(), A.toarray()[perm][:, perm])
     rows = np.repeat(np.arange(60), np.diff(A.indptr))
     new_rows = np.repeat(np.arange(60), np.diff(result.indptr))
-    np.testing.assert_array_equal(perm[new_rows], rows[entry_order])
-    np.testing.assert_array_equal(perm[result.indices], A.indices[entry_order])
+    np.testing.assert_array_equal(perm[new_rows], rows[order])
+    np.testing.assert_array_equal(perm[result.indices], A.indices[order])
+    np.testing.assert_array_equal(result.data, A.data[order])
     for bad in (perm[:-1], np.r_[perm[:-1], perm[0]], np.r_[perm[:-1], 60], np.r_[perm[:-1], -1]):
         with pytest.raises(ValueError, match="perm must be a permutation"):
             permuted(A, bad)
+        with pytest.raises(ValueError, match="perm must be a permutation"):
+            entry_order(A, bad)
 
 
 def test_row_window_stats():
