@@ -30,7 +30,7 @@ def _permutation(host, reorder, reorder_args):
 
     if reorder_args:
         raise TypeError(f"reorder={reorder!r} takes no arguments, got {sorted(reorder_args)}")
-    return {"bfs": order.bfs_of, "rcm": order.rcm_order, "degree": order.degree_of}[reorder](host)
+    return {"bfs": order.bfs_of, "rcm": order.rcm_of, "degree": order.degree_of}[reorder](host)
 
 
 class _Ordered:
@@ -282,7 +282,7 @@ def prepare(A, *, reorder=None, algorithm="auto", backend="auto", dtype=None, in
     reorder: None, "louvain" (HP-SpMM's graph-clustering order, :func:`reorder.cluster_order`),
         "loa" (HC-SpMM's layout reorganization, :func:`reorder.loa`), "bfs", "rcm" or "degree"
         (cheap locality orders: :func:`reorder.bfs_order`, :func:`reorder.rcm_order`,
-        :func:`reorder.degree_order`); extra keyword
+        :func:`reorder.degree_order`; graphs of fewer than 2**31 nodes); extra keyword
         arguments go to louvain/loa (``seed``, ``resolution``, ``window``, ``vertex_window``).
         "auto": on the GPU, per width N at its first call, the cheap order whose predicted saving
         of DRAM traffic (B rows fetched again once B outgrows L2) net of the per-call

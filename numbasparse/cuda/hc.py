@@ -4,7 +4,8 @@ the window's CSR entries, in one launch; and the fused GCN layer ``(A @ X) @ W``
 same two paths (paper 001, section V-A; its tiles emulated).
 
 Which path each window takes is a boolean array per window (:func:`paths`): the
-logistic-regression selector of :mod:`numbasparse.select` fills it, or a forced mode.  The
+logistic-regression selector of :mod:`numbasparse.select` fills it, or a forced mode; a window
+whose B rows hold an Inf or NaN in a block's columns takes the CUDA-core path there.  The
 windows' arrays come from :func:`numbasparse.preprocess.row_windows.row_windows`, uploaded once
 per pattern (:func:`windows`).
 """
@@ -28,12 +29,18 @@ assert WINDOW * TILE_COLS == THREADS  # one thread per slot of a 16x8 tile
 assert THREADS // 32 * 8 == COLS  # the fused layer's mma.sync: each warp one 8-column tile per pass
 
 
+@cuda.jit(device=True, inline="always")
+def _unchanged(value):
+    return value
+
+
 @launch.kernel_factory
 def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
     """The device function ``window_into(acc, w, col0, use_tiles, ...)``: each thread's 4
     accumulators set to its part of window w's product with 32 columns of B (from ``col0``), on
     the dense-tile path (``tiles_into``) or the CUDA-core path (``cores_into``), as
-    ``use_tiles[w]`` says.
+    ``use_tiles[w]`` says, the CUDA-core path wherever the tile would multiply a non-finite
+    value of B (:func:`finite_slice` inside).
 
     Thread mapping: 128 threads per window; thread t owns row ``t // 8`` of the window and
     columns ``col0 + t % 8 + 8 q`` (q < 4), so each warp instruction reads 32 contiguous bytes
@@ -58,6 +65,7 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
     if tf32 and value_dtype != "<f4":
         raise ValueError(f"TF32 tensor cores take float32 values, not {value_dtype}")
     mma_tf32, to_tf32 = (mma.mma("tf32"), mma.to_tf32()) if tf32 else (None, None)
+    as_multiplied = to_tf32 if tf32 else _unchanged  # (TF32 rounds values near FLT_MAX to Inf)
     mma_16 = mma.mma("bf16" if value_dtype == "bf16" else "f16") if tensor_cores and half else None
     pack_bits = mma.pack_bits
     no_bits = numba.uint16(0)
@@ -273,7 +281,7 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
     @cuda.jit(device=True, inline="always")
     def finite_slice(w, col0, col_ptr, cols, B):
         """Whether the B rows window w reads hold only finite values in the 32 columns from
-        ``col0`` (for every thread of the block: a barrier)."""
+        ``col0``, as the tiles multiply them (for every thread of the block: a barrier)."""
         t = cuda.threadIdx.x
         n = B.shape[1]
         lo = col_ptr[w]
@@ -282,7 +290,7 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
             k = e // COLS
             j = col0 + e - k * COLS
             if j < n:
-                v = to_compute(B[cols[lo + k], j])
+                v = as_multiplied(to_compute(B[cols[lo + k], j]))
                 if v - v != zero:  # (Inf - Inf and NaN - NaN are NaN)
                     found = 1
         return cuda.syncthreads_or(found) == 0
@@ -312,8 +320,9 @@ def spmm_hc_kernel(value_dtype, index_dtype, tensor_cores=False, vec4=False, flo
     """Compile-once factory of the hybrid HC-SpMM kernel (sum).
 
     Thread mapping: one block of 128 threads per (row window, 32 output columns); the window
-    takes the dense-tile path where ``use_tiles[w]``, else the CUDA-core path (HC-SpMM's
-    per-window hybrid, paper 001 section IV-A: no merging, each window is one block's).
+    takes the dense-tile path where ``use_tiles[w]`` and its B slice is finite, else the
+    CUDA-core path (HC-SpMM's per-window hybrid, paper 001 section IV-A: no merging, each
+    window is one block's).
     """
     _, value_type, _ = value_types(value_dtype)
     to_storage = converters("<f4" if float_out else value_dtype)[1]  # (float_out: a float32 C for 16-bit values)

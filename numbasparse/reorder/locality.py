@@ -31,7 +31,7 @@ CANDIDATES = (("bfs", bfs_of), ("degree", degree_of))
 SECTOR = 32
 
 
-#: Entries the fetch model follows: above this, a hash-chosen sample of B's rows (module docstring).
+#: Entries the fetch model follows: above this, a hash-chosen sample of B's rows (:func:`predicted_fetches`).
 MODEL_ENTRIES = 2**18
 #: Fewest B rows the sampled L2 holds, so that its capacity keeps a fine resolution.
 MODEL_HELD = 1024
@@ -124,7 +124,10 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     record = dict(n_cols=n_cols, b_bytes=k * n_cols * itemsize, l2_bytes=l2_bytes, model_seconds=0.0)
     if A.nnz == 0 or record["b_bytes"] <= l2_bytes // 2:
         return None, None, dict(record, why="B fits in L2: every order fetches each row once")
+    if n_rows >= 2**31:
+        return None, None, dict(record, why="reordering takes graphs of fewer than 2**31 nodes")
     pattern = sp.csr_matrix((np.ones(A.nnz, np.float32), A.indices, A.indptr), shape=A.shape)  # (any weights)
+    pattern.indices, pattern.indptr = A.indices, A.indptr  # A's index dtypes: the passes compiled for them
     held = l2_bytes // row_bytes
     start = time.perf_counter()
     record["natural_fetches"] = natural = predicted_fetches(pattern, np.arange(n_rows), held)

@@ -52,8 +52,11 @@ def _permute(A, perm, entries):
     from ..cpu.threads import parallel_call
 
     perm = check_permutation(perm, n)
-    order = np.empty(A.indptr[n] if entries else 0, np.int64)
-    indptr, indices, data = parallel_call(_permuted, A.indptr, A.indices, A.data, perm, order)
+    movable = A.dtype.kind in "biuf" and A.dtype.itemsize <= 8  # (values Numba can move: not longdouble)
+    data = A.data if movable else np.zeros(A.indptr[n], np.int8)
+    order = np.empty(A.indptr[n] if entries or not movable else 0, np.int64)
+    indptr, indices, data = parallel_call(_permuted, A.indptr, A.indices, data, perm, order)
+    data = data if movable else A.data[order]
     indptr = indptr.astype(A.indptr.dtype)
     result = sp.csr_matrix((data, indices, indptr), shape=A.shape)
     result.indices, result.indptr = indices, indptr  # (scipy narrows int64 indices that fit in int32)
@@ -152,9 +155,13 @@ def rcm_order(A):
     that keeps each node's neighbours close to it, so the rows of B that consecutive rows read
     are close together (a cheap locality order: no communities, O(nnz)).  ``A``: a square
     scipy.sparse matrix without NaN/inf weights (ValueError)."""
+    return rcm_of(graph_copy(A, non_negative=False, dtype=None))
+
+
+def rcm_of(A):
+    """:func:`rcm_order` of a canonical scipy CSR ``A`` (unchecked)."""
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-    A = graph_copy(A, non_negative=False, dtype=None)
     if A.shape[0] == 0:
         return np.zeros(0, np.int64)
     pattern = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)

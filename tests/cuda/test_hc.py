@@ -181,6 +181,19 @@ def test_fused_layer_matches_unfused(mode, k, f):
     assert_close(out.copy_to_host(), spmm_reference(A, X) @ W.astype(np.float64), np.float32)
 
 
+def test_a_b_value_that_tf32_rounds_to_inf_reaches_only_the_rows_that_read_it():
+    """TF32 rounds float32 values near FLT_MAX up to Inf: the check judges B as the tiles
+    multiply it."""
+    from numbasparse.cuda import device
+
+    if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
+        pytest.skip("tensor cores need sm_80")
+    A = sp.csr_matrix(([1.0, 2.0], ([0, 1], [0, 1])), shape=(2, 2))  # row 1 does not read B[0]
+    B = np.array([[np.finfo(np.float32).max], [1.0]], np.float32)
+    C = ns.spmm(_setup(A, np.float32, "tiles"), B, algorithm="hc_tiles", backend="cuda", precision="tf32")
+    assert C[1, 0] == 2.0
+
+
 def test_fused_layer_keeps_a_nan_of_x_in_the_rows_that_read_it():
     """The fused layer aggregates A @ X on the window's path: a NaN in X reaches only the rows
     of A @ X (and of the output) that read it, as in the unfused layer."""

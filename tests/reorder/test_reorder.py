@@ -207,6 +207,29 @@ def test_locality_orders_are_permutations_and_leave_results_unchanged():
         ns.prepare(A, reorder="rcm", backend="cpu", seed=1)
 
 
+def test_permute_keeps_values_numba_cannot_move():
+    """longdouble weights go through the entry order instead of the njit pass."""
+    rng = np.random.default_rng(3)
+    A = sp.random(30, 30, density=0.2, format="csr", random_state=rng).astype(np.longdouble)
+    perm = rng.permutation(30)
+    result = permute(A, perm)
+    assert result.dtype == np.longdouble
+    np.testing.assert_array_equal(result.toarray(), A.toarray()[perm][:, perm])
+
+
+def test_fixed_locality_orders_read_only_the_pattern_of_a_plans_graph():
+    """A plan's graph may carry NaN weights (the products keep them); its order does not care."""
+    import numbasparse as ns
+
+    A = graphs.powerlaw(200, seed=2).astype(np.float32)
+    A.data[0] = np.nan
+    B = np.random.default_rng(1).standard_normal((200, 3)).astype(np.float32)
+    expected = ns.spmm(A, B, backend="cpu")
+    for reorder in ("bfs", "rcm", "degree"):
+        np.testing.assert_array_equal(np.isnan(ns.prepare(A, reorder=reorder, backend="cpu").spmm(B)),
+                                      np.isnan(expected))
+
+
 def test_rcm_of_an_empty_graph_is_an_empty_order():
     from numbasparse.reorder import rcm_order
 
