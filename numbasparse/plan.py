@@ -26,11 +26,11 @@ def _permutation(host, reorder, reorder_args):
         from .reorder import loa
 
         return loa(host, **reorder_args)
-    from .reorder import order
+    from .reorder.order import LOCALITY_ORDERS
 
     if reorder_args:
         raise TypeError(f"reorder={reorder!r} takes no arguments, got {sorted(reorder_args)}")
-    return {"bfs": order.bfs_of, "rcm": order.rcm_of, "degree": order.degree_of}[reorder](host)
+    return LOCALITY_ORDERS[reorder](host)
 
 
 class _Ordered:
@@ -144,9 +144,9 @@ class Plan:
         self._computed = {}  # "auto": the orders computed so far (reorder.locality.choose_order's ``computed``)
         perm = reordered = None
         if reorder not in (None, "auto"):
-            from .reorder.order import compile_permuted, permuted
+            from .reorder.order import compile_reordering, permuted
 
-            compile_permuted(host)
+            compile_reordering(host)
             t0 = time.perf_counter()
             perm = _permutation(host, reorder, reorder_args)
             reordered = permuted(host, perm)

@@ -121,7 +121,7 @@ def test_auto_reads_only_the_pattern_and_computes_each_order_once(monkeypatch):
     A = graphs.shuffled(sp.diags([np.ones(400 - abs(k), np.float32) for k in offsets], offsets, format="csr"))
     A.data[0] = np.nan
     computed = []
-    bfs = locality.bfs_of
+    bfs = locality.LOCALITY_ORDERS["bfs"]
     monkeypatch.setattr(locality, "CANDIDATES", (("bfs", lambda G: computed.append(1) or bfs(G)),))
     plan = ns.prepare(A, reorder="auto", backend="cuda", algorithm="hp")
     rng = np.random.default_rng(2)

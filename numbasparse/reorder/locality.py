@@ -16,17 +16,16 @@ exceed the permutations' and the time to compute it is won back within ``payback
 import time
 
 import numpy as np
-import scipy.sparse as sp
 from numba import njit
 
-from .order import bfs_of, compile_permuted, degree_of, permuted
+from .order import LOCALITY_ORDERS, compile_reordering, permuted
 
 #: Calls within which a reordering's computing time must be won back for ``auto`` to take it.
 PAYBACK_CALLS = 100
 #: The cheap orders ``auto`` weighs against the natural one, as functions of a canonical CSR
 #: (RCM has breadth-first order's locality at many times its cost; Louvain and LOA take seconds
 #: on large graphs: all three are opt-in).
-CANDIDATES = (("bfs", bfs_of), ("degree", degree_of))
+CANDIDATES = tuple((method, LOCALITY_ORDERS[method]) for method in ("bfs", "degree"))
 #: Bytes of one DRAM fetch (a sector).
 SECTOR = 32
 
@@ -126,11 +125,9 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
         return None, None, dict(record, why="B fits in L2: every order fetches each row once")
     if n_rows >= 2**31:
         return None, None, dict(record, why="reordering takes graphs of fewer than 2**31 nodes")
-    pattern = sp.csr_matrix((np.ones(A.nnz, np.float32), A.indices, A.indptr), shape=A.shape)  # (any weights)
-    pattern.indices, pattern.indptr = A.indices, A.indptr  # A's index dtypes: the passes compiled for them
     held = l2_bytes // row_bytes
     start = time.perf_counter()
-    record["natural_fetches"] = natural = predicted_fetches(pattern, np.arange(n_rows), held)
+    record["natural_fetches"] = natural = predicted_fetches(A, np.arange(n_rows), held)
     record["model_seconds"] += time.perf_counter() - start
     permute_bytes = 2 * (k + n_rows) * n_cols * itemsize if permutes else 0  # B in, C out: read + write
     used_columns = int(np.count_nonzero(np.bincount(A.indices, minlength=k)))
@@ -141,12 +138,12 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
                                              "permutations")
     best = (None, None)
     most_saved = (natural - used_columns) * row_bytes - permute_bytes  # an order fetching each row once
-    compile_permuted(A)
+    compile_reordering(A)
     for method, order in candidates:
         charged = 0.0  # (each order's time is charged once, at the decision that spent it)
         if method not in computed:
             start = time.perf_counter()
-            computed[method] = (order(pattern), time.perf_counter() - start, None)
+            computed[method] = (order(A), time.perf_counter() - start, None)
             charged = computed[method][1]
         perm, seconds, matrix = computed[method]
         if seconds * bandwidth > payback_calls * most_saved:  # cannot pay back even then: no prediction
@@ -154,7 +151,7 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
                                   payback_calls=float("inf"))
             continue
         start = time.perf_counter()
-        fetches = predicted_fetches(pattern, perm, held)
+        fetches = predicted_fetches(A, perm, held)
         record["model_seconds"] += time.perf_counter() - start
         saved = (natural - fetches) * row_bytes - permute_bytes  # bytes per call
         if matrix is None and 0 < saved and seconds * bandwidth <= payback_calls * saved:

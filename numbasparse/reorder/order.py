@@ -56,14 +56,14 @@ def _permute(A, perm, entries):
     data = A.data if movable else np.zeros(A.indptr[n], np.int8)
     order = np.empty(A.indptr[n] if entries or not movable else 0, np.int64)
     indptr, indices, data = parallel_call(_permuted, A.indptr, A.indices, data, perm, order)
-    data = data if movable else A.data[order]
-    indptr = indptr.astype(A.indptr.dtype)
-    result = sp.csr_matrix((data, indices, indptr), shape=A.shape)
-    result.indices, result.indptr = indices, indptr  # (scipy narrows int64 indices that fit in int32)
+    result = sp.csr_matrix(A.shape, dtype=A.dtype)  # arrays set directly: scipy's constructor
+    result.data = data if movable else A.data[order]  # would copy int64 indices to narrow them
+    result.indices, result.indptr = indices, indptr.astype(A.indptr.dtype)
+    result.has_sorted_indices = result.has_canonical_format = True  # (each row sorted, no duplicates)
     return result, order
 
 
-def compile_permuted(A):
+def compile_reordering(A):
     """Compile (or load) the njit passes of :func:`permuted` and :func:`bfs_order` for ``A``'s
     dtypes, so that the time a reordering is charged is its own, not the compiler's."""
     from ..cpu.threads import parallel_call
@@ -218,6 +218,11 @@ def degree_order(A):
 def degree_of(A):
     """:func:`degree_order` of a canonical scipy CSR ``A`` (unchecked)."""
     return np.argsort(-np.diff(A.indptr), kind="stable").astype(np.int64)
+
+
+#: The cheap locality orders by name (``prepare(reorder=...)``), as functions of a canonical
+#: CSR's pattern.
+LOCALITY_ORDERS = {"bfs": bfs_of, "rcm": rcm_of, "degree": degree_of}
 
 
 def row_window_stats(A, window=16):
