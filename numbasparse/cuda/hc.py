@@ -29,18 +29,13 @@ assert WINDOW * TILE_COLS == THREADS  # one thread per slot of a 16x8 tile
 assert THREADS // 32 * 8 == COLS  # the fused layer's mma.sync: each warp one 8-column tile per pass
 
 
-@cuda.jit(device=True, inline="always")
-def _unchanged(value):
-    return value
-
-
 @launch.kernel_factory
 def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
     """The device function ``window_into(acc, w, col0, use_tiles, ...)``: each thread's 4
     accumulators set to its part of window w's product with 32 columns of B (from ``col0``), on
     the dense-tile path (``tiles_into``) or the CUDA-core path (``cores_into``), as
-    ``use_tiles[w]`` says, the CUDA-core path wherever the tile would multiply a non-finite
-    value of B (:func:`finite_slice` inside).
+    ``use_tiles[w]`` says; a tile result that is not finite is computed again on the CUDA-core
+    path (where the tile multiplied an Inf or NaN of B by its empty slots).
 
     Thread mapping: 128 threads per window; thread t owns row ``t // 8`` of the window and
     columns ``col0 + t % 8 + 8 q`` (q < 4), so each warp instruction reads 32 contiguous bytes
@@ -65,7 +60,6 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
     if tf32 and value_dtype != "<f4":
         raise ValueError(f"TF32 tensor cores take float32 values, not {value_dtype}")
     mma_tf32, to_tf32 = (mma.mma("tf32"), mma.to_tf32()) if tf32 else (None, None)
-    as_multiplied = to_tf32 if tf32 else _unchanged  # (TF32 rounds values near FLT_MAX to Inf)
     mma_16 = mma.mma("bf16" if value_dtype == "bf16" else "f16") if tensor_cores and half else None
     pack_bits = mma.pack_bits
     no_bits = numba.uint16(0)
@@ -279,38 +273,35 @@ def window_paths(value_dtype, index_dtype, tensor_cores=False, vec4=False):
             cuda.syncthreads()
 
     @cuda.jit(device=True, inline="always")
-    def finite_slice(w, col0, col_ptr, cols, B):
-        """Whether the B rows window w reads hold only finite values in the 32 columns from
-        ``col0``, as the tiles multiply them (for every thread of the block: a barrier)."""
-        t = cuda.threadIdx.x
-        n = B.shape[1]
-        lo = col_ptr[w]
+    def all_finite(acc):
+        """Whether every thread's accumulators are finite (for every thread of the block: a
+        barrier)."""
         found = 0
-        for e in range(t, (col_ptr[w + 1] - lo) * COLS, THREADS):
-            k = e // COLS
-            j = col0 + e - k * COLS
-            if j < n:
-                v = as_multiplied(to_compute(B[cols[lo + k], j]))
-                if v - v != zero:  # (Inf - Inf and NaN - NaN are NaN)
-                    found = 1
+        for q in range(PER_THREAD):
+            if acc[q] - acc[q] != zero:  # (Inf - Inf and NaN - NaN are NaN)
+                found = 1
         return cuda.syncthreads_or(found) == 0
 
     @cuda.jit(device=True, inline="always")
     def window_into(acc, w, col0, use_tiles, indptr, indices, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry,
                     tile_slot, B):
         """``acc`` = the window's product with 32 columns of B from ``col0``, on the path
-        ``use_tiles[w]`` picks, or on the CUDA-core path where the window's B rows hold an Inf
-        or NaN in those columns: a dense tile multiplies them by the zeros of its empty slots
-        too, which would make rows that never read them NaN."""
+        ``use_tiles[w]`` picks.  A tile result holding an Inf or NaN is computed again on the
+        CUDA-core path: a dense tile multiplies B's rows by the zeros of its empty slots too, so
+        an Inf or NaN of B (or a value that TF32 rounds to Inf) would reach rows that never read
+        it.  Checking the result in registers costs no second read of B."""
         for q in range(PER_THREAD):
             acc[q] = zero
-        if use_tiles[w] and finite_slice(w, col0, col_ptr, cols, B):
+        if use_tiles[w]:
             if tensor_cores:  # (tile_entry, tile_slot: frag_base, frag_src)
                 tiles_into_mma(acc, w, col0, data, col_ptr, cols, tile_ptr, tile_entry, tile_slot, B)
             else:
                 tiles_into(acc, w, col0, data, col_ptr, cols, tile_ptr, entry_ptr, tile_entry, tile_slot, B)
-        else:
-            cores_into(acc, w, col0, indptr, indices, data, B)
+            if all_finite(acc):
+                return
+            for q in range(PER_THREAD):
+                acc[q] = zero
+        cores_into(acc, w, col0, indptr, indices, data, B)
 
     return window_into
 
@@ -320,7 +311,7 @@ def spmm_hc_kernel(value_dtype, index_dtype, tensor_cores=False, vec4=False, flo
     """Compile-once factory of the hybrid HC-SpMM kernel (sum).
 
     Thread mapping: one block of 128 threads per (row window, 32 output columns); the window
-    takes the dense-tile path where ``use_tiles[w]`` and its B slice is finite, else the
+    takes the dense-tile path where ``use_tiles[w]`` (and its result is finite), else the
     CUDA-core path (HC-SpMM's per-window hybrid, paper 001 section IV-A: no merging, each
     window is one block's).
     """
