@@ -175,15 +175,39 @@ def test_bfs_order_recovers_the_locality_a_shuffle_took():
 
 
 def test_bfs_order_numbers_each_nodes_unreached_neighbours_next_and_restarts_at_the_lowest_unreached():
-    """Directed: 0 -> 3, 1; 3 -> 2; 1 -> 3 (reached already); node 4 unreachable from 0 and 5
-    only from 4: the sweep restarts at 4.  Neighbours are taken in column order."""
+    """Symmetric pattern: 0 - 3, 0 - 1, 3 - 2, 1 - 3, 4 - 5; the sweep from 0 takes 0's
+    neighbours in column order, restarts at 4, and the order is the sweep's, reversed."""
     from numbasparse.reorder import bfs_order
 
     edges = [(0, 3), (0, 1), (3, 2), (1, 3), (4, 5)]
     A = sp.csr_matrix((np.ones(len(edges)), tuple(zip(*edges))), shape=(6, 6))
-    assert bfs_order(A).tolist() == [0, 1, 3, 2, 4, 5]
+    A = A + A.T
+    assert bfs_order(A).tolist() == [5, 4, 2, 3, 1, 0]  # the sweep 0, 1, 3, 2, 4, 5
     assert bfs_order(sp.csr_matrix((0, 0))).shape == (0,)
-    assert bfs_order(sp.csr_matrix((3, 3))).tolist() == [0, 1, 2]
+    assert bfs_order(sp.csr_matrix((3, 3))).tolist() == [2, 1, 0]
+
+
+def test_bfs_order_of_a_directed_graph_follows_edges_both_ways():
+    """0 -> 1 <- 5, 2 -> 3: along rows alone the sweep would reach 5 only at its restart; along
+    columns too it reaches 5 from 1 (as RCM's symmetrised pattern would)."""
+    from numbasparse.reorder import bfs_order
+
+    edges = [(0, 1), (5, 1), (2, 3)]
+    A = sp.csr_matrix((np.ones(len(edges)), tuple(zip(*edges))), shape=(6, 6))
+    assert bfs_order(A).tolist() == [4, 3, 2, 5, 1, 0]  # the sweep 0, 1, 5, 2, 3, 4
+
+
+def test_symmetric_pattern_is_judged_on_the_pattern_alone():
+    from numbasparse.reorder.order import symmetric_pattern
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        M = sp.random(n, n, density=rng.uniform(0, 0.3), format="csr", random_state=rng)
+        pattern = sp.csr_matrix((np.ones(M.nnz), M.indices, M.indptr), shape=M.shape)
+        assert symmetric_pattern(M) == ((pattern != pattern.T).nnz == 0)
+        U = (pattern + 2 * pattern.T).tocsr()  # a symmetric pattern with unsymmetric values
+        assert symmetric_pattern(U)
 
 
 def test_degree_order_puts_hubs_first_and_keeps_ties_in_order():
