@@ -71,7 +71,7 @@ def compile_reordering(A):
     indptr, indices = np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype)
     parallel_call(_permuted, indptr, indices, np.zeros(0, A.dtype), np.zeros(1, np.int64), np.zeros(0, np.int64))
     parallel_call(_pair_hash_sums, indptr, indices)
-    t_indptr, t_indices = _transposed_pattern(indptr, indices, 1)
+    t_indptr, t_indices = parallel_call(_transposed_pattern, indptr, indices, 1, 1)
     _bfs(indptr, indices, indptr, indices, 1, False)
     _bfs(indptr, indices, t_indptr, t_indices, 1, True)
 
@@ -220,7 +220,7 @@ def bfs_of(A):
     indptr, indices, n = A.indptr, A.indices, A.shape[0]
     if symmetric_pattern(A):
         return _bfs(indptr, indices, indptr, indices, n, False)
-    t_indptr, t_indices = _transposed_pattern(indptr, indices, n)
+    t_indptr, t_indices = _transposed(A)
     return _bfs(indptr, indices, t_indptr, t_indices, n, True)
 
 
@@ -229,7 +229,9 @@ def symmetric_pattern(A):
     the sums of a 64-bit hash of (row, column) and of (column, row) over the entries agree for
     every symmetric pattern, and for another one only by a hash collision (a chance of about
     2**-64, whose cost is a weaker order, never a wrong result)."""
-    return A.shape[0] == A.shape[1] and _pair_hash_sums(A.indptr, A.indices)
+    from ..cpu.threads import parallel_call
+
+    return A.shape[0] == A.shape[1] and parallel_call(_pair_hash_sums, A.indptr, A.indices)
 
 
 @njit(cache=True, inline="always")
@@ -253,22 +255,52 @@ def _pair_hash_sums(indptr, indices):
     return forward == backward
 
 
-@njit(cache=True)
-def _transposed_pattern(indptr, indices, n):
-    # A^T's pattern as CSR, by a counting sort of the entries on their column
+@njit(parallel=True, cache=True)
+def _transposed_pattern(indptr, indices, n, chunks):
+    # A^T's pattern as CSR by a counting sort of the entries on their column, in ``chunks``
+    # pieces of rows of equal entry counts: each piece counts its columns, each column's
+    # pieces get consecutive slots, then each piece scatters its rows in order, so every
+    # row of A^T lists its columns sorted, whatever the number of pieces
+    nnz = indptr[n]
+    bounds = np.empty(chunks + 1, np.int64)
+    bounds[:chunks] = np.searchsorted(indptr[:n], np.arange(chunks) * (nnz / chunks))
+    bounds[chunks] = n
+    at = np.zeros((chunks, n), np.int64)
+    for c in prange(chunks):
+        for p in range(indptr[bounds[c]], indptr[bounds[c + 1]]):
+            at[c, indices[p]] += 1
     t_indptr = np.zeros(n + 1, np.int64)
-    for p in range(indptr[n]):
-        t_indptr[indices[p] + 1] += 1
-    for i in range(n):
-        t_indptr[i + 1] += t_indptr[i]
-    at = t_indptr[:n].copy()
-    t_indices = np.empty(indptr[n], indices.dtype)
-    for r in range(n):
-        for p in range(indptr[r], indptr[r + 1]):
-            c = indices[p]
-            t_indices[at[c]] = r
-            at[c] += 1
+    for j in prange(n):
+        for c in range(chunks):
+            t_indptr[j + 1] += at[c, j]
+    for j in range(n):
+        t_indptr[j + 1] += t_indptr[j]
+    for j in prange(n):
+        slot = t_indptr[j]
+        for c in range(chunks):
+            count = at[c, j]
+            at[c, j] = slot
+            slot += count
+    t_indices = np.empty(nnz, indices.dtype)
+    for c in prange(chunks):
+        for r in range(bounds[c], bounds[c + 1]):
+            for p in range(indptr[r], indptr[r + 1]):
+                j = indices[p]
+                t_indices[at[c, j]] = r
+                at[c, j] += 1
     return t_indptr, t_indices
+
+
+def _transposed(A):
+    """A^T's pattern (indptr, indices) of canonical square CSR ``A``, in as many pieces as
+    threads, but no more than keep the pieces' counters (pieces x nodes) within A's entries."""
+    from numba import get_num_threads
+
+    from ..cpu.threads import parallel_call
+
+    n = A.shape[0]
+    chunks = int(max(1, min(get_num_threads(), A.nnz // max(n, 1))))
+    return parallel_call(_transposed_pattern, A.indptr, A.indices, n, chunks)
 
 
 @njit(cache=True)

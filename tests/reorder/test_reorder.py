@@ -210,6 +210,23 @@ def test_symmetric_pattern_is_judged_on_the_pattern_alone():
         assert symmetric_pattern(U)
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_transposed_pattern_is_scipys_in_any_number_of_pieces(index_dtype):
+    from numbasparse.reorder.order import _transposed_pattern
+
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        n = int(rng.integers(1, 60))
+        M = sp.random(n, n, density=rng.uniform(0, 0.3), format="csr", random_state=rng)
+        T = M.T.tocsr()
+        T.sort_indices()
+        for pieces in (1, 3, 8):
+            indptr, indices = _transposed_pattern(M.indptr.astype(index_dtype), M.indices.astype(index_dtype), n,
+                                                  pieces)
+            assert indices.dtype == index_dtype
+            assert np.array_equal(indptr, T.indptr) and np.array_equal(indices, T.indices)
+
+
 def test_degree_order_puts_hubs_first_and_keeps_ties_in_order():
     from numbasparse.reorder import degree_order
 
