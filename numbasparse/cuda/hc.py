@@ -4,8 +4,8 @@ the window's CSR entries, in one launch; and the fused GCN layer ``(A @ X) @ W``
 same two paths (paper 001, section V-A; its tiles emulated).
 
 Which path each window takes is a boolean array per window (:func:`paths`): the
-logistic-regression selector of :mod:`numbasparse.select` fills it, or a forced mode; a window
-whose B rows hold an Inf or NaN in a block's columns takes the CUDA-core path there.  The
+logistic-regression selector of :mod:`numbasparse.select` fills it, or a forced mode; a tile
+result that is not finite in a block's columns is computed again on the CUDA-core path.  The
 windows' arrays come from :func:`numbasparse.preprocess.row_windows.row_windows`, uploaded once
 per pattern (:func:`windows`).
 """
@@ -549,8 +549,9 @@ def spmm_hc(A, B, C, reduce="sum", *, stream=0, mode="hybrid", tf32=False):
     (:func:`paths`); ``tf32``: the dense-tile path on the tensor cores (float32 operands,
     TF32 inputs: relative errors near 1e-3; sm_80 and later).  float16 and bfloat16 operands
     always take their tiles on the tensor cores (sm_80 and later), accumulated in float32 and
-    rounded once.  A window whose B rows hold an Inf or NaN in a block's columns takes the
-    CUDA-core path there (a dense tile would spread them to rows that never read them)."""
+    rounded once.  A tile result that is not finite in a block's columns is computed again on
+    the CUDA-core path (a dense tile spreads an Inf or NaN of B to rows that never read it; a
+    result that is rightly non-finite costs the second pass too, not accuracy)."""
     m, n = C.shape
     if m == 0 or n == 0:
         return

@@ -9,8 +9,9 @@ as a least-recently-used store of as many B rows as it holds, so a use of a colu
 again when as many other columns were used since its last use (hub columns stay; columns shared
 only by rows far apart are fetched again).  A reordering saves the fetches it removes, but a plan that hides it from the caller
 permutes B in and C out on every call (reads and writes of both; none where the caller keeps its
-features in the plan's order), and computing it takes time: it pays when the bytes saved per call
-exceed the permutations' and the time to compute it is won back within ``payback_calls`` calls
+features in the plan's order), and computing it takes time: it pays when the time its removed
+fetches save per call (a share FETCH_SHARE of their bytes at peak bandwidth) exceeds the
+permutations' and the time to compute it is won back within ``payback_calls`` calls
 (:func:`choose_order`).
 """
 import time
@@ -28,6 +29,12 @@ PAYBACK_CALLS = 100
 CANDIDATES = tuple((method, LOCALITY_ORDERS[method]) for method in ("bfs", "degree"))
 #: Bytes of one DRAM fetch (a sector).
 SECTOR = 32
+#: Share of a removed fetch's time at peak DRAM bandwidth that a call gains: the gathers are
+#: bound by L2 throughput as much as by DRAM (BENCHMARKS.md "What limits HP"), so a fetch turned
+#: into an L2 hit saves less than its bytes at peak.  Measured (BENCHMARKS.md "Reordering"):
+#: 0.49-0.67 for breadth-first orders of cnr-2000 at N = 256 and 512 on an H100 and an H200,
+#: 0.32 for a degree order; with 1.0 `auto` took orders that needed 1500 calls to pay.
+FETCH_SHARE = 0.5
 
 
 #: Entries the fetch model follows: above this, a hash-chosen sample of B's rows (:func:`predicted_fetches`).
@@ -109,7 +116,8 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     ``l2_bytes`` of L2 and ``bandwidth`` bytes/s of DRAM, or (None, None, record) to keep A's own
     order.  ``record`` says why: B's and L2's bytes, the predicted fetches of each order (None for
     one whose time could not be won back even if it fetched each B row once: not predicted), the
-    bytes a call would save net of the permutations, the seconds each order took (to compute,
+    bytes' worth of time at ``bandwidth`` a call would save (the fetches removed, weighted by
+    FETCH_SHARE) net of the permutations, the seconds each order took (to compute,
     and to permute A by it where it could pay) and the calls to win them back, and
     ``model_seconds`` (the fetch predictions).  ``computed``: a dict {method: (perm, seconds,
     permuted A for the order taken, else None)} of orders computed before (for
@@ -133,11 +141,11 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     used_columns = int(np.count_nonzero(np.bincount(A.indices, minlength=k)))
     if natural <= used_columns:  # no order fetches a row less than once
         return None, None, dict(record, why="the graph's own order fetches each B row once")
-    if (natural - used_columns) * row_bytes <= permute_bytes:
+    if FETCH_SHARE * (natural - used_columns) * row_bytes <= permute_bytes:
         return None, None, dict(record, why="even one fetch per B row would not pay for the per-call "
                                              "permutations")
     best = (None, None)
-    most_saved = (natural - used_columns) * row_bytes - permute_bytes  # an order fetching each row once
+    most_saved = FETCH_SHARE * (natural - used_columns) * row_bytes - permute_bytes  # each row fetched once
     compile_reordering(A)
     for method, order in candidates:
         charged = 0.0  # (each order's time is charged once, at the decision that spent it)
@@ -153,7 +161,7 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
         start = time.perf_counter()
         fetches = predicted_fetches(A, perm, held)
         record["model_seconds"] += time.perf_counter() - start
-        saved = (natural - fetches) * row_bytes - permute_bytes  # bytes per call
+        saved = FETCH_SHARE * (natural - fetches) * row_bytes - permute_bytes  # bytes' worth of time per call
         if matrix is None and 0 < saved and seconds * bandwidth <= payback_calls * saved:
             start = time.perf_counter()  # a reordered plan permutes A by it: charged as well
             matrix = permuted(A, perm)

@@ -216,7 +216,10 @@ def bfs_order(A):
 
 
 def bfs_of(A):
-    """:func:`bfs_order` of a canonical scipy CSR ``A`` (unchecked)."""
+    """:func:`bfs_order` of a canonical square scipy CSR ``A`` (unchecked but its shape: the
+    njit passes would write out of bounds)."""
+    if A.shape[0] != A.shape[1]:
+        raise ValueError(f"a node order needs a square graph, A is {A.shape[0]}x{A.shape[1]}")
     indptr, indices, n = A.indptr, A.indices, A.shape[0]
     if symmetric_pattern(A):
         return _bfs(indptr, indices, indptr, indices, n, False)

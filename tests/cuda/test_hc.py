@@ -138,9 +138,9 @@ def test_half_tiles_on_the_tensor_cores_match_the_float32_sum(name, mode, n, wid
 @pytest.mark.parametrize("dtype, tf32", [(np.float32, False), (np.float32, True), (np.float16, False)])
 @pytest.mark.parametrize("special", [np.inf, np.nan])
 def test_a_non_finite_b_row_reaches_only_the_rows_that_read_it(dtype, tf32, special):
-    """A dense tile would multiply an Inf or NaN of B by its empty slots (0 x Inf = NaN) and
-    spread it to rows that never read it: such a window takes the CUDA-core path for that
-    block of columns; the other block of columns stays on the tiles."""
+    """A dense tile multiplies an Inf or NaN of B by its empty slots (0 x Inf = NaN) and
+    spreads it to rows that never read it: such a block of columns is computed again on the
+    CUDA-core path; the other block of columns stays on the tiles."""
     from numbasparse.cuda import device
 
     needs_sm80 = tf32 or dtype == np.float16
@@ -182,8 +182,8 @@ def test_fused_layer_matches_unfused(mode, k, f):
 
 
 def test_a_b_value_that_tf32_rounds_to_inf_reaches_only_the_rows_that_read_it():
-    """TF32 rounds float32 values near FLT_MAX up to Inf: the check judges B as the tiles
-    multiply it."""
+    """TF32 rounds float32 values near FLT_MAX up to Inf: the tile result holds it, so the
+    window is computed again on the CUDA-core path, in float32."""
     from numbasparse.cuda import device
 
     if not device.simulator_enabled() and cuda.get_current_device().compute_capability < (8, 0):
