@@ -323,20 +323,22 @@ def _bfs(indptr, indices, t_indptr, t_indices, n, two_way):
         while head < tail and tail < n:
             node = order[head]
             head += 1
-            for p in range(indptr[node], indptr[node + 1]):
-                neighbour = indices[p]
-                if not reached[neighbour]:
-                    reached[neighbour] = True
-                    order[tail] = neighbour
-                    tail += 1
+            tail = _number_unreached(indptr, indices, node, reached, order, tail)
             if two_way:
-                for p in range(t_indptr[node], t_indptr[node + 1]):
-                    neighbour = t_indices[p]
-                    if not reached[neighbour]:
-                        reached[neighbour] = True
-                        order[tail] = neighbour
-                        tail += 1
+                tail = _number_unreached(t_indptr, t_indices, node, reached, order, tail)
     return order[::-1].copy()
+
+
+@njit(cache=True, inline="always")
+def _number_unreached(indptr, indices, node, reached, order, tail):
+    # node's unreached neighbours (row ``node`` of the pattern) numbered next, in column order
+    for p in range(indptr[node], indptr[node + 1]):
+        neighbour = indices[p]
+        if not reached[neighbour]:
+            reached[neighbour] = True
+            order[tail] = neighbour
+            tail += 1
+    return tail
 
 
 def degree_order(A):
