@@ -128,6 +128,7 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     candidates = CANDIDATES if candidates is None else candidates
     n_rows, k = A.shape
     row_bytes = -(-n_cols * itemsize // SECTOR) * SECTOR
+    fetch_worth = FETCH_SHARE * row_bytes  # bytes' worth of time at peak that removing one fetch saves
     record = dict(n_cols=n_cols, b_bytes=k * n_cols * itemsize, l2_bytes=l2_bytes, model_seconds=0.0)
     if A.nnz == 0 or record["b_bytes"] <= l2_bytes // 2:
         return None, None, dict(record, why="B fits in L2: every order fetches each row once")
@@ -141,11 +142,11 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     used_columns = int(np.count_nonzero(np.bincount(A.indices, minlength=k)))
     if natural <= used_columns:  # no order fetches a row less than once
         return None, None, dict(record, why="the graph's own order fetches each B row once")
-    if FETCH_SHARE * (natural - used_columns) * row_bytes <= permute_bytes:
+    if (natural - used_columns) * fetch_worth <= permute_bytes:
         return None, None, dict(record, why="even one fetch per B row would not pay for the per-call "
                                              "permutations")
     best = (None, None)
-    most_saved = FETCH_SHARE * (natural - used_columns) * row_bytes - permute_bytes  # each row fetched once
+    most_saved = (natural - used_columns) * fetch_worth - permute_bytes  # an order fetching each row once
     compile_reordering(A)
     for method, order in candidates:
         charged = 0.0  # (each order's time is charged once, at the decision that spent it)
@@ -161,7 +162,7 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
         start = time.perf_counter()
         fetches = predicted_fetches(A, perm, held)
         record["model_seconds"] += time.perf_counter() - start
-        saved = FETCH_SHARE * (natural - fetches) * row_bytes - permute_bytes  # bytes' worth of time per call
+        saved = (natural - fetches) * fetch_worth - permute_bytes  # per call
         if matrix is None and 0 < saved and seconds * bandwidth <= payback_calls * saved:
             start = time.perf_counter()  # a reordered plan permutes A by it: charged as well
             matrix = permuted(A, perm)

@@ -104,9 +104,7 @@ def _permuted(indptr, indices, data, perm, entry_order):
     nnz = new_indptr[n]
     new_indices = np.empty(nnz, indices.dtype)
     new_data = np.empty(nnz, data.dtype)
-    bounds = np.empty(_PIECES + 1, np.int64)  # piece k: the rows that start in its share of entries
-    bounds[:_PIECES] = np.searchsorted(new_indptr[:n], np.arange(_PIECES) * (nnz / _PIECES))
-    bounds[_PIECES] = n
+    bounds = _piece_bounds(new_indptr, _PIECES)
     for piece in prange(_PIECES):
         longest = 0
         for i in range(bounds[piece], bounds[piece + 1]):
@@ -124,6 +122,16 @@ def _permuted(indptr, indices, data, perm, entry_order):
                 for j in range(length):
                     entry_order[at + j] = start + (keys[j] & 0xFFFFFFFF)
     return new_indptr, new_indices, new_data
+
+
+@njit(cache=True)
+def _piece_bounds(indptr, pieces):
+    # rows of piece k: bounds[k] to bounds[k + 1], those that start in its equal share of entries
+    n = indptr.size - 1
+    bounds = np.empty(pieces + 1, np.int64)
+    bounds[:pieces] = np.searchsorted(indptr[:n], np.arange(pieces) * (indptr[n] / pieces))
+    bounds[pieces] = n
+    return bounds
 
 
 @njit(cache=True)
@@ -209,7 +217,7 @@ def bfs_order(A):
     matters because the order's time counts against what it saves per call.  The sweep follows
     edges both ways (rows and columns) where the pattern is not symmetric, as RCM's symmetrised
     pattern does.  Both choices were measured (BENCHMARKS.md, "Reordering"): the reversed
-    sweep ran SpMM 1.06-1.10x faster than the forward one on a web graph at N = 64-256, and on
+    sweep ran SpMM 1.07x faster than the forward one on a web graph at N = 64 and 256, and on
     its directed copy the one-way sweep was slower than no reordering at all.  ``A``: a square
     scipy.sparse matrix without NaN/inf weights (ValueError)."""
     return bfs_of(graph_copy(A, non_negative=False, dtype=None))
@@ -265,9 +273,7 @@ def _transposed_pattern(indptr, indices, n, chunks):
     # pieces get consecutive slots, then each piece scatters its rows in order, so every
     # row of A^T lists its columns sorted, whatever the number of pieces
     nnz = indptr[n]
-    bounds = np.empty(chunks + 1, np.int64)
-    bounds[:chunks] = np.searchsorted(indptr[:n], np.arange(chunks) * (nnz / chunks))
-    bounds[chunks] = n
+    bounds = _piece_bounds(indptr, chunks)
     at = np.zeros((chunks, n), np.int64)
     for c in prange(chunks):
         for p in range(indptr[bounds[c]], indptr[bounds[c + 1]]):
