@@ -181,6 +181,16 @@ class CSR:
         self._converted = True
         return self
 
+    @classmethod
+    def _of_device(cls, indptr, indices, data, shape, dtype, host_indptr):
+        """A CSR of the library's own canonical Numba device arrays (``data`` as the kernels read
+        values of ``dtype``) and ``host_indptr``, a host copy of ``indptr``; the host copy of the
+        whole matrix is downloaded on first need."""
+        self = object.__new__(cls)
+        self.indptr, self.indices, self.data = indptr, indices, data
+        self._set_host(shape, indices.shape[0], dtype, host_indptr, None)
+        return self
+
     def _host_values(self):
         """The device values downloaded, in the compute dtype (float32 for 16-bit values)."""
         from numba import cuda

@@ -38,13 +38,14 @@ class _Ordered:
     the index maps between that order and the caller's (``perm`` None: the caller's own)."""
 
     def __init__(self, host, perm, backend, dtype, reordered=None):
-        """``reordered``: ``reorder.order.permuted(host, perm)``, made by the caller (who times it)."""
+        """``reordered``: ``host`` permuted by ``perm`` (:func:`_permuted`), made by the caller
+        (who times it)."""
         self.perm = perm
         if perm is not None:
             self.inverse = np.empty_like(perm)
             self.inverse[perm] = np.arange(perm.size)
             self.canonical, host = host, reordered
-        self.A = CSR._of_canonical(host, dtype=dtype) if backend == "cuda" else host
+        self.A = CSR._of_canonical(host, dtype=dtype) if backend == "cuda" and not isinstance(host, CSR) else host
         self._by_dtype = {}
 
     @functools.cached_property
@@ -144,12 +145,13 @@ class Plan:
         self._computed = {}  # "auto": the orders computed so far (reorder.locality.choose_order's ``computed``)
         perm = reordered = None
         if reorder not in (None, "auto"):
-            from .reorder.order import compile_reordering, permuted
+            from .reorder.order import compile_reordering
 
             compile_reordering(host)
+            permute = self._permuter(CSR._of_canonical(host, dtype=dtype) if backend == "cuda" else None)
             t0 = time.perf_counter()
             perm = _permutation(host, reorder, reorder_args)
-            reordered = permuted(host, perm)
+            reordered = permute(host, perm)
             self.reorder_seconds = time.perf_counter() - t0
         else:
             self.reorder_seconds = 0.0
@@ -165,6 +167,24 @@ class Plan:
     def __repr__(self):
         return (f"<numbasparse.Plan {self.shape[0]}x{self.shape[1]}, nnz={self.nnz}, reorder={self.reorder}, "
                 f"backend={self.backend}, preprocess {self.preprocess_seconds * 1e3:.1f} ms>")
+
+    @staticmethod
+    def _permuter(uploaded):
+        """``permute(host, perm)``: the graph in a node order as the kernels see it.  On a GPU
+        (``uploaded``: the canonical ``host`` there) permuted there, as a device CSR: on the host
+        the permutation took as long as computing the order.  Else a host scipy copy (also on
+        the simulator, whose thread per entry would take seconds: tests/cuda/test_permute.py
+        runs the kernels there on tiny graphs)."""
+        from .cuda.device import simulator_enabled
+        from .reorder.order import permuted
+
+        if uploaded is None or simulator_enabled():
+            return permuted
+        from .cuda.permute import compile_permutation, permuted_on_device
+        from .reorder.order import check_permutation
+
+        compile_permutation(uploaded)
+        return lambda host, perm: permuted_on_device(uploaded, check_permutation(perm, host.shape[0]))
 
     def _order_for(self, n_cols, itemsize, out=None):
         """The order the kernels use for width ``n_cols``: the fixed one, or ``auto``'s decision
@@ -185,7 +205,8 @@ class Plan:
 
             l2_bytes, bandwidth = memory_system()
             method, perm, record = choose_order(self._host, n_cols, itemsize, l2_bytes, bandwidth,
-                                                computed=self._computed, permutes=self.node_order == "caller")
+                                                computed=self._computed, permutes=self.node_order == "caller",
+                                                permute=self._permuter(self._orders[None].A))
             self.decisions[n_cols] = dict(record, method=method)
             self.reorder_seconds += record["model_seconds"] + sum(
                 v["seconds"] for v in record.values() if isinstance(v, dict))

@@ -16,7 +16,7 @@ def kernel_configs():
     import numpy as np
 
     from .. import reductions
-    from . import crc, fill, fused, gather, hc, hp, sddmm_warp, slab, tiled
+    from . import crc, fill, fused, gather, hc, hp, permute, sddmm_warp, slab, tiled
 
     configs = []
     for value, index in (("<f4", "<i4"), ("<f8", "<i8")):
@@ -89,6 +89,12 @@ def kernel_configs():
         configs.append((f"edge_softmax {value}/{index}", fused.edge_softmax_kernel(value), (I[::1], V[::1], V[::1])))
         configs.append((f"gather_rows {value}", gather.gather_rows_kernel(), (V[:, ::1], numba.int64[::1], V[:, ::1])))
         configs.append((f"gather {value}", gather.gather_kernel(), (V[::1], numba.int64[::1], V[::1])))
+        L = numba.int64[::1]
+        configs.append((f"short_rows {value}/{index}", permute.short_rows_kernel(), (*csr, L, L, I[::1], I[::1], V[::1])))
+        configs.append((f"sort_chunks {index}", permute.sort_chunks_kernel(permute.CHUNK),
+                        (I[::1], I[::1], L, L, I[::1], L, L, L)))
+        configs.append((f"merge_chunks {value}/{index}", permute.merge_chunks_kernel(permute.CHUNK),
+                        (I[::1], V[::1], L, I[::1], L, L, L, I[::1], V[::1])))
     # 16-bit values (uint16 bits in the kernels): the kernels that take them, in their launch modes
     H, I = numba.uint16, numba.int32
     csr = (I[::1], I[::1], H[::1])

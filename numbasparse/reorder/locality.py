@@ -110,7 +110,7 @@ def predicted_fetches(A, rows, held):
 
 
 def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK_CALLS, candidates=None,
-                 computed=None, permutes=True):
+                 computed=None, permutes=True, permute=permuted):
     """(method, perm, record): the order that pays for SpMM of canonical square scipy CSR ``A``
     (its pattern decides; its values are carried into the permuted copy) with ``n_cols`` columns of ``itemsize`` bytes on a GPU of
     ``l2_bytes`` of L2 and ``bandwidth`` bytes/s of DRAM, or (None, None, record) to keep A's own
@@ -123,7 +123,8 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     permuted A for the order taken, else None)} of orders computed before (for
     other widths), filled in here, so that each order is computed and charged once; ``candidates``: (method, order function) pairs,
     default CANDIDATES; ``permutes``: whether each call permutes B in and C out (False for a
-    plan whose caller keeps its features in the plan's order)."""
+    plan whose caller keeps its features in the plan's order); ``permute(A, perm)``: the
+    permuted A that the plan keeps (default: a host copy; a plan on the GPU permutes there)."""
     computed = {} if computed is None else computed
     candidates = CANDIDATES if candidates is None else candidates
     n_rows, k = A.shape
@@ -165,7 +166,7 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
         saved = (natural - fetches) * fetch_worth - permute_bytes  # per call
         if matrix is None and 0 < saved and seconds * bandwidth <= payback_calls * saved:
             start = time.perf_counter()  # a reordered plan permutes A by it: charged as well
-            matrix = permuted(A, perm)
+            matrix = permute(A, perm)
             spent = time.perf_counter() - start
             seconds, charged = seconds + spent, charged + spent
             computed[method] = (perm, seconds, matrix)

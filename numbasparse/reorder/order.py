@@ -94,13 +94,7 @@ def _permuted(indptr, indices, data, perm, entry_order):
     # independent, so pieces of rows go to the cores, each sorting (column << 32 | offset) keys
     # of one row at a time in a buffer of its own.  ``entry_order``: filled unless empty.
     n = perm.size
-    inverse = np.empty(n, np.int64)
-    new_indptr = np.zeros(n + 1, np.int64)
-    for i in prange(n):
-        inverse[perm[i]] = i
-        new_indptr[i + 1] = indptr[perm[i] + 1] - indptr[perm[i]]
-    for i in range(n):
-        new_indptr[i + 1] += new_indptr[i]
+    inverse, new_indptr = _row_maps(indptr, perm)
     nnz = new_indptr[n]
     new_indices = np.empty(nnz, indices.dtype)
     new_data = np.empty(nnz, data.dtype)
@@ -122,6 +116,39 @@ def _permuted(indptr, indices, data, perm, entry_order):
                 for j in range(length):
                     entry_order[at + j] = start + (keys[j] & 0xFFFFFFFF)
     return new_indptr, new_indices, new_data
+
+
+def row_maps(indptr, perm):
+    """(inverse, indptr) of ``permuted(A, perm)`` from A's ``indptr`` and a checked ``perm``:
+    ``inverse[old] = new`` and the result's row pointers, both int64 (the host's half of the
+    GPU's permutation, :func:`numbasparse.cuda.permute.permuted_on_device`)."""
+    from ..cpu.threads import parallel_call
+
+    return parallel_call(_row_maps, indptr, perm)
+
+
+@njit(parallel=True, cache=True)
+def _row_maps(indptr, perm):
+    n = perm.size
+    inverse = np.empty(n, np.int64)
+    new_indptr = np.zeros(n + 1, np.int64)
+    for i in prange(n):
+        inverse[perm[i]] = i
+        new_indptr[i + 1] = indptr[perm[i] + 1] - indptr[perm[i]]
+    for i in range(n):
+        new_indptr[i + 1] += new_indptr[i]
+    return inverse, new_indptr
+
+
+def long_row_chunks(indptr, short, chunk):
+    """(row, offset) int64 arrays of the chunks of at most ``chunk`` entries that the rows of
+    ``indptr`` longer than ``short`` are cut into, in row order (the GPU permutation's long rows)."""
+    lengths = np.diff(indptr)
+    rows = np.flatnonzero(lengths > short)
+    counts = -(-lengths[rows] // chunk)
+    chunk_row = np.repeat(rows, counts).astype(np.int64)
+    first = np.repeat(np.cumsum(counts) - counts, counts)  # each chunk's row's first chunk
+    return chunk_row, (np.arange(chunk_row.size) - first).astype(np.int64) * chunk
 
 
 @njit(cache=True)
