@@ -17,16 +17,19 @@ permutations' and the time to compute it is won back within ``payback_calls`` ca
 import time
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .order import LOCALITY_ORDERS, compile_reordering, permuted
 
 #: Calls within which a reordering's computing time must be won back for ``auto`` to take it.
 PAYBACK_CALLS = 100
-#: The cheap orders ``auto`` weighs against the natural one, as functions of a canonical CSR
-#: (RCM has breadth-first order's locality at many times its cost; Louvain and LOA take seconds
-#: on large graphs: all three are opt-in).
-CANDIDATES = tuple((method, LOCALITY_ORDERS[method]) for method in ("bfs", "degree"))
+#: The cheap orders ``auto`` weighs against the natural one, as functions of a canonical CSR.
+#: Opt-in only: RCM (breadth-first order's locality at many times its cost), Louvain and LOA
+#: (seconds on large graphs), and degree order, which puts rows of equal length together, not
+#: rows that read the same B rows: the fetches it removes are mostly the hubs' (which L2 keeps
+#: anyway), it recovered less speed than the breadth-first order on 9 of 10 shuffled graphs and
+#: widths measured, and realised 0.32 of its modelled saving (BENCHMARKS.md "Reordering").
+CANDIDATES = tuple((method, LOCALITY_ORDERS[method]) for method in ("bfs",))
 #: Bytes of one DRAM fetch (a sector).
 SECTOR = 32
 #: Share of a removed fetch's time at peak DRAM bandwidth that a call gains: the gathers are
@@ -44,11 +47,10 @@ MODEL_HELD = 1024
 
 
 @njit(cache=True)
-def _fetches(indptr, indices, rows, n_cols, held, tree, sampled):
+def _fetches(indptr, indices, rows, n_cols, held, tree):
     # Least-recently-used L2 of ``held`` B rows: an access misses when ``held`` or more distinct
     # columns were used since the column's last use (its reuse distance), counted with a Fenwick
-    # tree over positions in the sweep that marks each column's latest use.  Columns outside
-    # ``sampled`` are skipped, positions count the sampled uses only.
+    # tree over positions in the sweep that marks each column's latest use.
     size = tree.size - 1
     last = np.full(n_cols, -1, np.int64)
     fetches = 0
@@ -56,8 +58,6 @@ def _fetches(indptr, indices, rows, n_cols, held, tree, sampled):
     for r in rows:
         for q in range(indptr[r], indptr[r + 1]):
             c = indices[q]
-            if not sampled[c]:
-                continue
             before = last[c]
             if before < 0:
                 fetches += 1
@@ -86,27 +86,74 @@ def _fetches(indptr, indices, rows, n_cols, held, tree, sampled):
     return fetches
 
 
-def predicted_fetches(A, rows, held):
-    """B rows fetched from DRAM when the rows of scipy CSR ``A`` are swept in the order ``rows``
-    through an L2 that keeps the ``held`` B rows used last (module docstring).
+class FetchSample:
+    """The B rows the fetch model follows for canonical CSR ``A`` through an L2 of ``held`` B rows,
+    and A's entries in their columns (made once per decision: every order's prediction reads it).
 
     Exact up to MODEL_ENTRIES entries; above, sampled as SHARDS does (Waldspurger et al., FAST
     2015): the B rows whose hashed index falls under a threshold (a share ``rate`` of them, the
     same rows for every order), an L2 of ``rate * held`` rows, fetches scaled by ``1 / rate``.
     Reuse distances among the sampled rows scale with the rate, so the count stays within 2% of
     the exact one on the shared graphs at a tenth of its time."""
-    held = max(1, int(held))
-    rate = min(1.0, max(MODEL_ENTRIES / max(A.nnz, 1), MODEL_HELD / held))
-    threshold = np.uint64(int(rate * 2**24))
-    columns = np.arange(A.shape[1], dtype=np.uint64)
-    sampled = (columns * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40) < threshold if rate < 1 else \
-        np.ones(A.shape[1], np.bool_)  # (Fibonacci hashing: the top 24 bits of the product)
-    rate = float(threshold) / 2**24 if rate < 1 else 1.0
-    uses = int(np.count_nonzero(sampled[A.indices])) if rate < 1 else A.nnz
-    tree = np.zeros(uses + 1, np.int32 if uses < 2**31 else np.int64)  # (counts of at most nnz)
-    fetches = _fetches(A.indptr.astype(np.int64), A.indices, np.asarray(rows, np.int64), A.shape[1],
-                       max(1, round(held * rate)), tree, sampled)
-    return int(round(fetches / rate))
+
+    def __init__(self, A, held):
+        held = max(1, int(held))
+        rate = min(1.0, max(MODEL_ENTRIES / max(A.nnz, 1), MODEL_HELD / held))
+        self.n_cols = A.shape[1]
+        if rate == 1:
+            self.rate, self.indptr, self.indices = 1.0, A.indptr.astype(np.int64), A.indices
+        else:
+            threshold = np.uint64(int(rate * 2**24))
+            columns = np.arange(A.shape[1], dtype=np.uint64)  # (Fibonacci hashing: the top 24 bits of the product)
+            sampled = (columns * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40) < threshold
+            self.rate = float(threshold) / 2**24
+            from ..cpu.threads import parallel_call
+
+            self.indptr, self.indices = parallel_call(_sampled_entries, A.indptr, A.indices, sampled)
+        self.held = max(1, round(held * self.rate))
+
+    def fetches(self, rows):
+        """B rows fetched (scaled back from the sample) when A's rows are swept in order ``rows``."""
+        uses = self.indices.size
+        tree = np.zeros(uses + 1, np.int32 if uses < 2**31 else np.int64)  # (counts of at most nnz)
+        found = _fetches(self.indptr, self.indices, np.asarray(rows, np.int64), self.n_cols, self.held, tree)
+        return int(round(found / self.rate))
+
+
+@njit(parallel=True, cache=True)
+def _sampled_entries(indptr, indices, sampled):
+    # (indptr, indices) of A's entries in the sampled columns, rows kept
+    n = indptr.size - 1
+    counts = np.zeros(n + 1, np.int64)
+    for r in prange(n):
+        for q in range(indptr[r], indptr[r + 1]):
+            counts[r + 1] += sampled[indices[q]]
+    for r in range(n):
+        counts[r + 1] += counts[r]
+    kept = np.empty(counts[n], indices.dtype)
+    for r in prange(n):
+        at = counts[r]
+        for q in range(indptr[r], indptr[r + 1]):
+            if sampled[indices[q]]:
+                kept[at] = indices[q]
+                at += 1
+    return counts, kept
+
+
+def _compile_model(A):
+    """Compile (or load) the model's passes for ``A``'s index dtype before they are timed."""
+    from ..cpu.threads import parallel_call
+
+    indptr, indices = np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype)
+    parallel_call(_sampled_entries, indptr, indices, np.ones(1, np.bool_))
+    _fetches(np.zeros(2, np.int64), indices, np.zeros(1, np.int64), 1, 1, np.zeros(1, np.int32))
+
+
+def predicted_fetches(A, rows, held, sample=None):
+    """B rows fetched from DRAM when the rows of scipy CSR ``A`` are swept in the order ``rows``
+    through an L2 that keeps the ``held`` B rows used last (module docstring), on
+    :class:`FetchSample` ``sample`` (made here when None: give one to predict several orders)."""
+    return (FetchSample(A, held) if sample is None else sample).fetches(rows)
 
 
 def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK_CALLS, candidates=None,
@@ -136,8 +183,10 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     if n_rows >= 2**31:
         return None, None, dict(record, why="reordering takes graphs of fewer than 2**31 nodes")
     held = l2_bytes // row_bytes
+    _compile_model(A)
     start = time.perf_counter()
-    record["natural_fetches"] = natural = predicted_fetches(A, np.arange(n_rows), held)
+    sample = FetchSample(A, held)
+    record["natural_fetches"] = natural = predicted_fetches(A, np.arange(n_rows), held, sample)
     record["model_seconds"] += time.perf_counter() - start
     permute_bytes = 2 * (k + n_rows) * n_cols * itemsize if permutes else 0  # B in, C out: read + write
     used_columns = int(np.count_nonzero(np.bincount(A.indices, minlength=k)))
@@ -161,7 +210,7 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
                                   payback_calls=float("inf"))
             continue
         start = time.perf_counter()
-        fetches = predicted_fetches(A, perm, held)
+        fetches = predicted_fetches(A, perm, held, sample)
         record["model_seconds"] += time.perf_counter() - start
         saved = (natural - fetches) * fetch_worth - permute_bytes  # per call
         if matrix is None and 0 < saved and seconds * bandwidth <= payback_calls * saved:
