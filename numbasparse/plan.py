@@ -181,10 +181,9 @@ class Plan:
         if uploaded is None or simulator_enabled():
             return permuted
         from .cuda.permute import compile_permutation, permuted_on_device
-        from .reorder.order import check_permutation
 
         compile_permutation(uploaded)
-        return lambda host, perm: permuted_on_device(uploaded, check_permutation(perm, host.shape[0]))
+        return lambda host, perm: permuted_on_device(uploaded, perm)
 
     def _order_for(self, n_cols, itemsize, out=None):
         """The order the kernels use for width ``n_cols``: the fixed one, or ``auto``'s decision

@@ -134,7 +134,8 @@ def merge_chunks_kernel(chunk):
 
 def permuted_on_device(A, perm, *, chunk=CHUNK):
     """``P A P^T`` of device :class:`~numbasparse.CSR` ``A`` (square, canonical, fewer than 2**31
-    nodes) for a checked permutation ``perm`` (int64, ``perm[new] = old``): a new CSR on A's GPU
+    nodes) for a permutation ``perm`` of its nodes (``perm[new] = old``; anything else,
+    ValueError): a new CSR on A's GPU
     with A's dtypes, equal to the host's ``permuted(A, perm)``; its host copy is downloaded on
     first need.  Returns when the GPU has finished (the caller times it).  ``chunk``: a power
     of two, the long rows' chunk (tests take small ones)."""
@@ -142,13 +143,15 @@ def permuted_on_device(A, perm, *, chunk=CHUNK):
     from ..reorder.order import long_row_chunks, row_maps
 
     n, nnz = A.shape[0], A.nnz
+    if n >= 2**31:  # (a key packs a column and a place into one int64)
+        raise ValueError(f"A has {n} nodes; reordering takes graphs of fewer than 2**31")
     host_indptr = A.host_indptr
     inverse, new_indptr = row_maps(host_indptr, perm)
     new_indptr = new_indptr.astype(host_indptr.dtype, copy=False)
     chunk_row, chunk_offset = long_row_chunks(new_indptr, WARP_SIZE, chunk)
     with A._on_its_gpu(), allocating("the permuted CSR", nnz * (A.indices.dtype.itemsize + A.data.dtype.itemsize
                                                                + 8 * (chunk_row.size > 0)) + 24 * n):
-        index = [cuda.to_device(a) for a in (perm, inverse, new_indptr, chunk_row, chunk_offset)]
+        index = [cuda.to_device(a) for a in (np.asarray(perm, np.int64), inverse, new_indptr, chunk_row, chunk_offset)]
         d_perm, d_inverse, d_indptr, d_rows, d_offsets = index
         out_indices = cuda.device_array(nnz, A.indices.dtype)
         out_data = cuda.device_array(nnz, A.data.dtype)

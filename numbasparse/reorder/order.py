@@ -70,6 +70,7 @@ def compile_reordering(A):
 
     indptr, indices = np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype)
     parallel_call(_permuted, indptr, indices, np.zeros(0, A.dtype), np.zeros(1, np.int64), np.zeros(0, np.int64))
+    parallel_call(_row_maps, indptr, np.zeros(1, np.int64))
     parallel_call(_pair_hash_sums, indptr, indices)
     t_indptr, t_indices = parallel_call(_transposed_pattern, indptr, indices, 1, 1)
     _bfs(indptr, indices, indptr, indices, 1, False)
@@ -94,7 +95,7 @@ def _permuted(indptr, indices, data, perm, entry_order):
     # independent, so pieces of rows go to the cores, each sorting (column << 32 | offset) keys
     # of one row at a time in a buffer of its own.  ``entry_order``: filled unless empty.
     n = perm.size
-    inverse, new_indptr = _row_maps(indptr, perm)
+    inverse, new_indptr, _ = _row_maps(indptr, perm)  # (perm checked by the caller)
     nnz = new_indptr[n]
     new_indices = np.empty(nnz, indices.dtype)
     new_data = np.empty(nnz, data.dtype)
@@ -119,25 +120,43 @@ def _permuted(indptr, indices, data, perm, entry_order):
 
 
 def row_maps(indptr, perm):
-    """(inverse, indptr) of ``permuted(A, perm)`` from A's ``indptr`` and a checked ``perm``:
-    ``inverse[old] = new`` and the result's row pointers, both int64 (the host's half of the
-    GPU's permutation, :func:`numbasparse.cuda.permute.permuted_on_device`)."""
+    """(inverse, indptr) of ``permuted(A, perm)`` from A's ``indptr``: ``inverse[old] = new`` and
+    the result's row pointers, both int64, after checking in the same passes that ``perm`` is a
+    permutation of A's nodes (ValueError otherwise: the GPU's permutation would write out of
+    bounds).  The host's half of :func:`numbasparse.cuda.permute.permuted_on_device`."""
     from ..cpu.threads import parallel_call
 
-    return parallel_call(_row_maps, indptr, perm)
+    n = indptr.size - 1
+    perm = np.asarray(perm)
+    if perm.shape != (n,) or perm.dtype.kind not in "iu":
+        raise ValueError(f"perm must be a permutation of 0..{n - 1}")
+    inverse, new_indptr, valid = parallel_call(_row_maps, indptr, perm.astype(np.int64, copy=False))
+    if not valid:
+        raise ValueError(f"perm must be a permutation of 0..{n - 1}")
+    return inverse, new_indptr
 
 
 @njit(parallel=True, cache=True)
 def _row_maps(indptr, perm):
+    # (inverse, new indptr, whether perm is a permutation): in range, and each old node's new
+    # number maps back to it (so no two share one)
     n = perm.size
     inverse = np.empty(n, np.int64)
     new_indptr = np.zeros(n + 1, np.int64)
+    outside = 0
+    for i in prange(n):
+        outside += perm[i] < 0 or perm[i] >= n
+    if outside:
+        return inverse, new_indptr, False
     for i in prange(n):
         inverse[perm[i]] = i
         new_indptr[i + 1] = indptr[perm[i] + 1] - indptr[perm[i]]
+    unmapped = 0
+    for i in prange(n):
+        unmapped += inverse[perm[i]] != i
     for i in range(n):
         new_indptr[i + 1] += new_indptr[i]
-    return inverse, new_indptr
+    return inverse, new_indptr, unmapped == 0
 
 
 def long_row_chunks(indptr, short, chunk):

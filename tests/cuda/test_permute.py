@@ -57,6 +57,14 @@ def test_a_graph_without_entries():
     assert_same_as_host(A, np.float32, np.int32, np.random.default_rng(4).permutation(6), chunk=16)
 
 
+@pytest.mark.parametrize("perm", [[0, 1, 1, 3, 4, 5], [0, 1, 2, 3, 4, 6], [-1, 0, 1, 2, 3, 4], [0, 1, 2, 3, 4],
+                                  [0.0, 1, 2, 3, 4, 5]])
+def test_a_perm_that_is_no_permutation_is_refused_before_any_launch(perm):
+    device = CSR.from_scipy(graph([2, 0, 6, 1, 0, 3], 6, seed=5))
+    with pytest.raises(ValueError, match="perm must be a permutation of 0..5"):
+        permuted_on_device(device, np.array(perm))
+
+
 def test_long_rows_are_cut_into_chunks_in_row_order():
     indptr = np.array([0, 5, 5, 45, 78])  # lengths 5, 0, 40, 33 with rows over 4 long
     rows, offsets = long_row_chunks(indptr, 4, 16)
