@@ -25,6 +25,9 @@ from .intrinsics import shfl_idx, syncblock
 
 #: Entries of a long row's chunk: the bitonic sort's shared keys (8 bytes each).
 CHUNK = 1024
+#: Threads per block of the chunk kernels: most long rows hold 33 to a few hundred entries, so
+#: small blocks (more of them per SM) rather than threads idle at every barrier of a short network.
+CHUNK_THREADS = 128
 #: Above this, a key (an unused slot of a chunk, a lane without an entry): sorts last.
 _LAST = np.iinfo(np.int64).max
 
@@ -160,10 +163,10 @@ def permuted_on_device(A, perm, *, chunk=CHUNK):
                        A.indptr, A.indices, A.data, d_perm, d_inverse, d_indptr, out_indices, out_data)
         if chunk_row.size:
             keys = cuda.device_array(nnz, np.int64)
-            blocks = min(chunk_row.size, device_limits()[0] * 16)
-            launch.run(sort_chunks_kernel(chunk), blocks, min(chunk // 2, 512), 0,
+            blocks = min(chunk_row.size, device_limits()[0] * 32)
+            launch.run(sort_chunks_kernel(chunk), blocks, min(chunk // 2, CHUNK_THREADS), 0,
                        A.indptr, A.indices, d_perm, d_inverse, d_indptr, d_rows, d_offsets, keys)
-            launch.run(merge_chunks_kernel(chunk), blocks, min(chunk, 256), 0,
+            launch.run(merge_chunks_kernel(chunk), blocks, min(chunk, CHUNK_THREADS), 0,
                        A.indptr, A.data, d_perm, d_indptr, d_rows, d_offsets, keys, out_indices, out_data)
         cuda.synchronize()
     return CSR._of_device(d_indptr, out_indices, out_data, A.shape, A.dtype, new_indptr)

@@ -197,6 +197,28 @@ def test_bfs_order_of_a_directed_graph_follows_edges_both_ways():
     assert bfs_order(A).tolist() == [4, 3, 2, 5, 1, 0]  # the sweep 0, 1, 5, 2, 3, 4
 
 
+@pytest.mark.parametrize("directed", [False, True])
+def test_the_level_parallel_sweep_numbers_nodes_as_the_serial_one(directed, monkeypatch):
+    """Large frontiers scanned in pieces across the cores, small ones serially, several
+    components: the same order as the one-core sweep, through bfs_order on a graph it sends
+    to the parallel sweep."""
+    from numbasparse.reorder import bfs_order, order
+
+    rng = np.random.default_rng(7)
+    n, m = 6000, 40000
+    rows, cols = rng.integers(0, 5000, m), rng.integers(0, 5000, m)  # nodes 5000.. only in small pieces
+    A = sp.csr_matrix((np.ones(m + 3), (np.r_[rows, 5000, 5001, 5003], np.r_[cols, 5001, 5002, 5004])), shape=(n, n))
+    A = (A if directed else A + A.T).tocsr()
+    A.sum_duplicates()
+    t_indptr, t_indices = order._transposed(A) if directed else (A.indptr, A.indices)
+    serial = order._bfs(A.indptr, A.indices, t_indptr, t_indices, n, directed)
+    parallel = order._bfs_levels(A.indptr, A.indices, t_indptr, t_indices, n, directed)
+    assert np.array_equal(serial, parallel)
+    monkeypatch.setattr(order, "PARALLEL_SWEEP_ENTRIES", 1)
+    monkeypatch.setattr("numba.get_num_threads", lambda: 4)
+    assert np.array_equal(bfs_order(A), serial)
+
+
 def test_symmetric_pattern_is_judged_on_the_pattern_alone():
     from numbasparse.reorder.order import symmetric_pattern
 
