@@ -97,20 +97,23 @@ class FetchSample:
     the exact one on the shared graphs at a tenth of its time."""
 
     def __init__(self, A, held):
+        from ..cpu.threads import parallel_call
+
         held = max(1, int(held))
         rate = min(1.0, max(MODEL_ENTRIES / max(A.nnz, 1), MODEL_HELD / held))
         self.n_cols = A.shape[1]
         if rate == 1:
-            self.rate, self.indptr, self.indices = 1.0, A.indptr.astype(np.int64), A.indices
+            sampled = np.ones(A.shape[1], np.bool_)
         else:
             threshold = np.uint64(int(rate * 2**24))
             columns = np.arange(A.shape[1], dtype=np.uint64)  # (Fibonacci hashing: the top 24 bits of the product)
             sampled = (columns * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40) < threshold
-            self.rate = float(threshold) / 2**24
-            from ..cpu.threads import parallel_call
-
-            self.indptr, self.indices = parallel_call(_sampled_entries, A.indptr, A.indices, sampled)
-        self.held = max(1, round(held * self.rate))
+            rate = float(threshold) / 2**24
+        used = np.zeros(A.shape[1], np.bool_)
+        self.indptr, self.indices = parallel_call(_sampled_entries, A.indptr, A.indices, sampled, used)
+        self.rate, self.held = rate, max(1, round(held * rate))
+        #: B rows A reads at all: the fewest fetches any order can make
+        self.used_columns = int(np.count_nonzero(used))
 
     def fetches(self, rows):
         """B rows fetched (scaled back from the sample) when A's rows are swept in order ``rows``."""
@@ -121,13 +124,15 @@ class FetchSample:
 
 
 @njit(parallel=True, cache=True)
-def _sampled_entries(indptr, indices, sampled):
-    # (indptr, indices) of A's entries in the sampled columns, rows kept
+def _sampled_entries(indptr, indices, sampled, used):
+    # (indptr, indices) of A's entries in the sampled columns, rows kept; marks the columns used
+    # (every thread that writes a mark writes True)
     n = indptr.size - 1
     counts = np.zeros(n + 1, np.int64)
     for r in prange(n):
         for q in range(indptr[r], indptr[r + 1]):
             counts[r + 1] += sampled[indices[q]]
+            used[indices[q]] = True
     for r in range(n):
         counts[r + 1] += counts[r]
     kept = np.empty(counts[n], indices.dtype)
@@ -145,7 +150,7 @@ def _compile_model(A):
     from ..cpu.threads import parallel_call
 
     indptr, indices = np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype)
-    parallel_call(_sampled_entries, indptr, indices, np.ones(1, np.bool_))
+    parallel_call(_sampled_entries, indptr, indices, np.ones(1, np.bool_), np.zeros(1, np.bool_))
     _fetches(np.zeros(2, np.int64), indices, np.zeros(1, np.int64), 1, 1, np.zeros(1, np.int32))
 
 
@@ -189,7 +194,7 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     record["natural_fetches"] = natural = predicted_fetches(A, np.arange(n_rows), held, sample)
     record["model_seconds"] += time.perf_counter() - start
     permute_bytes = 2 * (k + n_rows) * n_cols * itemsize if permutes else 0  # B in, C out: read + write
-    used_columns = int(np.count_nonzero(np.bincount(A.indices, minlength=k)))
+    used_columns = sample.used_columns
     if natural <= used_columns:  # no order fetches a row less than once
         return None, None, dict(record, why="the graph's own order fetches each B row once")
     if (natural - used_columns) * fetch_worth <= permute_bytes:
