@@ -1,7 +1,7 @@
 """CUDA kernels (``numba.cuda.jit``), one module per kernel family.
 
 Each family module (``hp``, ``slab``, ``crc``, ``sddmm_warp``, ``hc``, ``tiled``, ``fused``,
-``gather``, ``fill``) holds its launch rules, its plan (kept in the matrix's cache), compile-once
+``gather``, ``fill``, ``permute``) holds its launch rules, its plan (kept in the matrix's cache), compile-once
 kernel factories and a host-side launcher that takes a :class:`numbasparse.CSR` and device
 arrays; :mod:`numbasparse.dispatch` picks among them.  Shared below them: ``launch`` (the only
 code that knows Numba's launch ABI and the driver), ``device`` (device queries, grid helpers),

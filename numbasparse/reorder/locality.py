@@ -26,9 +26,9 @@ PAYBACK_CALLS = 100
 #: The cheap orders ``auto`` weighs against the natural one, as functions of a canonical CSR.
 #: Opt-in only: RCM (breadth-first order's locality at many times its cost), Louvain and LOA
 #: (seconds on large graphs), and degree order, which puts rows of equal length together, not
-#: rows that read the same B rows: the fetches it removes are mostly the hubs' (which L2 keeps
-#: anyway), it recovered less speed than the breadth-first order on 9 of 10 shuffled graphs and
-#: widths measured, and realised 0.32 of its modelled saving (BENCHMARKS.md "Reordering").
+#: rows that read the same B rows: it recovered less speed than the breadth-first order wherever
+#: both were measured, and its removed fetches realised 0.32 of their modelled time, so the model
+#: would take it for being cheaper to compute (BENCHMARKS.md "Reordering").
 CANDIDATES = tuple((method, LOCALITY_ORDERS[method]) for method in ("bfs",))
 #: Bytes of one DRAM fetch (a sector).
 SECTOR = 32
