@@ -38,8 +38,8 @@ class _Ordered:
     the index maps between that order and the caller's (``perm`` None: the caller's own)."""
 
     def __init__(self, host, perm, backend, dtype, reordered=None):
-        """``reordered``: ``host`` permuted by ``perm`` (:func:`_permuted`), made by the caller
-        (who times it)."""
+        """``reordered``: ``host`` permuted by ``perm`` (:meth:`Plan._permuter`: a host scipy
+        copy or a device CSR), made by the caller (who times it)."""
         self.perm = perm
         if perm is not None:
             self.inverse = np.empty_like(perm)
@@ -148,7 +148,7 @@ class Plan:
             from .reorder.order import compile_reordering
 
             compile_reordering(host)
-            permute = self._permuter(CSR._of_canonical(host, dtype=dtype) if backend == "cuda" else None)
+            permute = self._permuter(host, backend, dtype)
             t0 = time.perf_counter()
             perm = _permutation(host, reorder, reorder_args)
             reordered = permute(host, perm)
@@ -169,19 +169,23 @@ class Plan:
                 f"backend={self.backend}, preprocess {self.preprocess_seconds * 1e3:.1f} ms>")
 
     @staticmethod
-    def _permuter(uploaded):
+    def _permuter(host, backend, dtype, uploaded=None):
         """``permute(host, perm)``: the graph in a node order as the kernels see it.  On a GPU
-        (``uploaded``: the canonical ``host`` there) permuted there, as a device CSR: on the host
-        the permutation took as long as computing the order.  Else a host scipy copy (also on
-        the simulator, whose thread per entry would take seconds: tests/cuda/test_permute.py
-        runs the kernels there on tiny graphs)."""
+        permuted there (from ``uploaded``, the canonical ``host`` there, else a new upload), as a
+        device CSR: on the host the permutation took as long as computing the order.  Else a host
+        scipy copy: on the CPU backend, for a graph with rows over ``cuda.permute.LONGEST_ROW``
+        entries, and on the simulator (its thread per entry would take seconds:
+        tests/cuda/test_permute.py runs the kernels there on tiny graphs)."""
         from .cuda.device import simulator_enabled
         from .reorder.order import permuted
 
-        if uploaded is None or simulator_enabled():
+        if backend != "cuda" or simulator_enabled():
             return permuted
-        from .cuda.permute import compile_permutation, permuted_on_device
+        from .cuda.permute import LONGEST_ROW, compile_permutation, permuted_on_device
 
+        if host.nnz and np.diff(host.indptr).max() > LONGEST_ROW:
+            return permuted
+        uploaded = CSR._of_canonical(host, dtype=dtype) if uploaded is None else uploaded
         compile_permutation(uploaded)
         return lambda host, perm: permuted_on_device(uploaded, perm)
 
@@ -205,7 +209,8 @@ class Plan:
             l2_bytes, bandwidth = memory_system()
             method, perm, record = choose_order(self._host, n_cols, itemsize, l2_bytes, bandwidth,
                                                 computed=self._computed, permutes=self.node_order == "caller",
-                                                permute=self._permuter(self._orders[None].A))
+                                                permute=self._permuter(self._host, self.backend, self._dtype,
+                                                                       self._orders[None].A))
             self.decisions[n_cols] = dict(record, method=method)
             self.reorder_seconds += record["model_seconds"] + sum(
                 v["seconds"] for v in record.values() if isinstance(v, dict))

@@ -92,9 +92,9 @@ def kernel_configs():
         L = numba.int64[::1]
         configs.append((f"short_rows {value}/{index}", permute.short_rows_kernel(), (*csr, L, L, I[::1], I[::1], V[::1])))
         configs.append((f"sort_chunks {index}", permute.sort_chunks_kernel(permute.CHUNK),
-                        (I[::1], I[::1], L, L, I[::1], L, L, L)))
+                        (I[::1], I[::1], L, L, L, L, L, L)))
         configs.append((f"merge_chunks {value}/{index}", permute.merge_chunks_kernel(permute.CHUNK),
-                        (I[::1], V[::1], L, I[::1], L, L, L, I[::1], V[::1])))
+                        (I[::1], V[::1], L, I[::1], L, L, L, L, I[::1], V[::1])))
     # 16-bit values (uint16 bits in the kernels): the kernels that take them, in their launch modes
     H, I = numba.uint16, numba.int32
     csr = (I[::1], I[::1], H[::1])
@@ -121,4 +121,8 @@ def kernel_configs():
         for tensor_cores in (False, True):
             configs.append((f"spmm_dense tensor_cores={tensor_cores} {fmt}", hc.spmm_dense_kernel(fmt, "<i4", tensor_cores),
                             (*csr, *windows, *(H[:, ::1],) * 3)))
+    L = numba.int64[::1]  # the permutation moves 16-bit values as their bits
+    configs.append(("short_rows uint16", permute.short_rows_kernel(), (*csr, L, L, I[::1], I[::1], H[::1])))
+    configs.append(("merge_chunks uint16", permute.merge_chunks_kernel(permute.CHUNK),
+                    (I[::1], H[::1], L, I[::1], L, L, L, L, I[::1], H[::1])))
     return configs

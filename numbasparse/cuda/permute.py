@@ -25,6 +25,10 @@ from .intrinsics import shfl_idx, syncblock
 
 #: Entries of a long row's chunk: the bitonic sort's shared keys (8 bytes each).
 CHUNK = 1024
+#: Graphs with a row longer than this are permuted on the host: the merge's searches grow with
+#: the square of a row's length (a row of 2**21 entries: 133 ms on an H200, against 199 ms on
+#: the host's 16 cores; 2**20: 80 against 182 ms).
+LONGEST_ROW = 2**20
 #: Threads per block of the chunk kernels: most long rows hold 33 to a few hundred entries, so
 #: small blocks (more of them per SM) rather than threads idle at every barrier of a short network.
 CHUNK_THREADS = 128
@@ -66,7 +70,7 @@ def sort_chunks_kernel(chunk):
     thread loads entries, then takes one compare-exchange of each bitonic step at a time."""
 
     @cuda.jit
-    def sort_chunks(indptr, indices, perm, inverse, new_indptr, chunk_row, chunk_offset, keys):
+    def sort_chunks(indptr, indices, perm, inverse, chunk_row, chunk_offset, chunk_keys, keys):
         keyed = cuda.shared.array(chunk, int64)
         t, threads = cuda.threadIdx.x, cuda.blockDim.x
         for c in range(cuda.blockIdx.x, chunk_row.shape[0], cuda.gridDim.x):
@@ -93,8 +97,8 @@ def sort_chunks_kernel(chunk):
                     stride //= 2
                 span *= 2
             syncblock()
-            # store at the chunk's place in the result (the merge kernel reads them there)
-            at = new_indptr[row] + offset
+            # store at the chunk's place among its row's keys (the merge kernel reads them there)
+            at = chunk_keys[c] + offset
             for j in range(t, length, threads):
                 keys[at + j] = keyed[j]
             syncblock()  # (the next chunk's loads overwrite keyed)
@@ -104,15 +108,18 @@ def sort_chunks_kernel(chunk):
 
 @launch.kernel_factory
 def merge_chunks_kernel(chunk):
-    """Thread mapping: one block per chunk (grid-stride), a thread per entry of it."""
+    """Thread mapping: one block per chunk (grid-stride), a thread per entry of it.  Each entry
+    searches every other chunk of its row: a row of L entries costs L * L / chunk searches, which
+    is why the plans permute graphs with rows over LONGEST_ROW entries on the host."""
 
     @cuda.jit
-    def merge_chunks(indptr, data, perm, new_indptr, chunk_row, chunk_offset, keys, out_indices, out_data):
+    def merge_chunks(indptr, data, perm, new_indptr, chunk_row, chunk_offset, chunk_keys, keys, out_indices,
+                     out_data):
         for c in range(cuda.blockIdx.x, chunk_row.shape[0], cuda.gridDim.x):
             row, offset = chunk_row[c], chunk_offset[c]
             start = indptr[perm[row]]
             length = indptr[perm[row] + 1] - start
-            at = new_indptr[row]
+            at = chunk_keys[c]  # the row's keys; its place in the result: new_indptr[row]
             for j in range(cuda.threadIdx.x, min(chunk, length - offset), cuda.blockDim.x):
                 key = keys[at + offset + j]
                 column = key >> 32
@@ -129,8 +136,8 @@ def merge_chunks_kernel(chunk):
                         else:
                             hi = mid
                     rank += lo - (at + other)
-                out_indices[at + rank] = column
-                out_data[at + rank] = data[start + offset + (key & 0xFFFFFFFF)]
+                out_indices[new_indptr[row] + rank] = column
+                out_data[new_indptr[row] + rank] = data[start + offset + (key & 0xFFFFFFFF)]
 
     return merge_chunks
 
@@ -138,36 +145,41 @@ def merge_chunks_kernel(chunk):
 def permuted_on_device(A, perm, *, chunk=CHUNK):
     """``P A P^T`` of device :class:`~numbasparse.CSR` ``A`` (square, canonical, fewer than 2**31
     nodes) for a permutation ``perm`` of its nodes (``perm[new] = old``; anything else,
-    ValueError): a new CSR on A's GPU
-    with A's dtypes, equal to the host's ``permuted(A, perm)``; its host copy is downloaded on
-    first need.  Returns when the GPU has finished (the caller times it).  ``chunk``: a power
-    of two, the long rows' chunk (tests take small ones)."""
+    ValueError): a new CSR on A's GPU with A's dtypes, equal to the host's ``permuted(A, perm)``;
+    its host copy is downloaded on first need.  Returns when the GPU has finished (the caller
+    times it).  Needs device memory for the result and 8 bytes per entry of the rows over 32
+    entries.  ``chunk``: a power of two, the long rows' chunk (tests take small ones)."""
     from ..csr import CSR
     from ..reorder.order import long_row_chunks, row_maps
 
     n, nnz = A.shape[0], A.nnz
+    if A.shape[0] != A.shape[1]:
+        raise ValueError(f"a node order needs a square graph, A is {A.shape[0]}x{A.shape[1]}")
     if n >= 2**31:  # (a key packs a column and a place into one int64)
         raise ValueError(f"A has {n} nodes; reordering takes graphs of fewer than 2**31")
+    if chunk < 2 or chunk & (chunk - 1):
+        raise ValueError(f"chunk must be a power of two of at least 2, got {chunk!r}")
     host_indptr = A.host_indptr
     inverse, new_indptr = row_maps(host_indptr, perm)
     new_indptr = new_indptr.astype(host_indptr.dtype, copy=False)
-    chunk_row, chunk_offset = long_row_chunks(new_indptr, WARP_SIZE, chunk)
-    with A._on_its_gpu(), allocating("the permuted CSR", nnz * (A.indices.dtype.itemsize + A.data.dtype.itemsize
-                                                               + 8 * (chunk_row.size > 0)) + 24 * n):
-        index = [cuda.to_device(a) for a in (np.asarray(perm, np.int64), inverse, new_indptr, chunk_row, chunk_offset)]
-        d_perm, d_inverse, d_indptr, d_rows, d_offsets = index
+    chunk_row, chunk_offset, chunk_keys, long_entries = long_row_chunks(new_indptr, WARP_SIZE, chunk)
+    with A._on_its_gpu(), allocating("the permuted CSR", nnz * (A.indices.dtype.itemsize + A.data.dtype.itemsize)
+                                     + 8 * long_entries + 40 * n):
+        index = [cuda.to_device(a) for a in (np.asarray(perm, np.int64), inverse, new_indptr, chunk_row, chunk_offset,
+                                             chunk_keys)]
+        d_perm, d_inverse, d_indptr, d_rows, d_offsets, d_keys_at = index
         out_indices = cuda.device_array(nnz, A.indices.dtype)
         out_data = cuda.device_array(nnz, A.data.dtype)
         if n:
             launch.run(short_rows_kernel(), *grid_stride_grid(n * WARP_SIZE), 0,
                        A.indptr, A.indices, A.data, d_perm, d_inverse, d_indptr, out_indices, out_data)
         if chunk_row.size:
-            keys = cuda.device_array(nnz, np.int64)
+            keys = cuda.device_array(long_entries, np.int64)
             blocks = min(chunk_row.size, device_limits()[0] * 32)
             launch.run(sort_chunks_kernel(chunk), blocks, min(chunk // 2, CHUNK_THREADS), 0,
-                       A.indptr, A.indices, d_perm, d_inverse, d_indptr, d_rows, d_offsets, keys)
+                       A.indptr, A.indices, d_perm, d_inverse, d_rows, d_offsets, d_keys_at, keys)
             launch.run(merge_chunks_kernel(chunk), blocks, min(chunk, CHUNK_THREADS), 0,
-                       A.indptr, A.data, d_perm, d_indptr, d_rows, d_offsets, keys, out_indices, out_data)
+                       A.indptr, A.data, d_perm, d_indptr, d_rows, d_offsets, d_keys_at, keys, out_indices, out_data)
         cuda.synchronize()
     return CSR._of_device(d_indptr, out_indices, out_data, A.shape, A.dtype, new_indptr)
 

@@ -40,7 +40,7 @@ SECTOR = 32
 FETCH_SHARE = 0.5
 
 
-#: Entries the fetch model follows: above this, a hash-chosen sample of B's rows (:func:`predicted_fetches`).
+#: Entries the fetch model follows: above this, a hash-chosen sample of B's rows (:class:`FetchSample`).
 MODEL_ENTRIES = 2**18
 #: Fewest B rows the sampled L2 holds, so that its capacity keeps a fine resolution.
 MODEL_HELD = 1024

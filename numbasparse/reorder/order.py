@@ -161,14 +161,18 @@ def _row_maps(indptr, perm):
 
 
 def long_row_chunks(indptr, short, chunk):
-    """(row, offset) int64 arrays of the chunks of at most ``chunk`` entries that the rows of
-    ``indptr`` longer than ``short`` are cut into, in row order (the GPU permutation's long rows)."""
+    """The chunks of at most ``chunk`` entries that the rows of ``indptr`` longer than ``short``
+    are cut into, in row order, as int64 arrays (row, offset in the row, where the row's entries
+    start among the long rows' entries), and the long rows' entries in all (the GPU
+    permutation's long rows)."""
     lengths = np.diff(indptr)
     rows = np.flatnonzero(lengths > short)
     counts = -(-lengths[rows] // chunk)
     chunk_row = np.repeat(rows, counts).astype(np.int64)
     first = np.repeat(np.cumsum(counts) - counts, counts)  # each chunk's row's first chunk
-    return chunk_row, (np.arange(chunk_row.size) - first).astype(np.int64) * chunk
+    row_start = np.cumsum(lengths[rows]) - lengths[rows]  # each long row's first entry among them
+    return (chunk_row, (np.arange(chunk_row.size) - first).astype(np.int64) * chunk,
+            np.repeat(row_start, counts).astype(np.int64), int(lengths[rows].sum()))
 
 
 @njit(cache=True)

@@ -35,21 +35,36 @@ def assert_same_as_host(A, dtype, index_dtype, perm, chunk):
     assert (A != before).nnz == 0  # the caller's matrix untouched
 
 
-# rows: empty, short, exactly a warp, one past it, one chunk, several chunks and a partial one
-LENGTHS = [0, 3, 32, 33, 1, 16, 0, 40, 5, 17, 2]
+# rows: empty, short, exactly a warp, one past it, several chunks and a partial one, exactly
+# three chunks
+LENGTHS = [0, 3, 32, 33, 1, 16, 0, 40, 5, 17, 2, 48]
 
 
 @pytest.mark.parametrize("dtype, index_dtype", [(np.float32, np.int32), (np.float64, np.int64),
                                                  (np.float16, np.int32), ("bfloat16", np.int64)])
 def test_permuted_on_device_equals_the_hosts_permutation(dtype, index_dtype):
-    A = graph(LENGTHS, 41, seed=1)
-    perm = np.random.default_rng(2).permutation(41)
+    A = graph(LENGTHS, 50, seed=1)
+    perm = np.random.default_rng(2).permutation(50)
     assert_same_as_host(A, dtype, index_dtype, perm, chunk=16)
 
 
 def test_one_chunk_rows_and_an_identity_order():
     A = graph([33, 0, 7], 40, seed=3)
     assert_same_as_host(A, np.float32, np.int32, np.arange(40), chunk=64)
+
+
+def test_more_chunks_than_blocks_loop_over_the_grid():
+    """Chunks of 4 entries: a row of 140 holds 35 of them, more than the simulator's 32 blocks."""
+    A = graph([140, 0, 35], 150, seed=8)
+    assert_same_as_host(A, np.float32, np.int32, np.random.default_rng(9).permutation(150), chunk=4)
+
+
+def test_a_non_square_graph_or_a_chunk_that_is_no_power_of_two_is_refused():
+    A = CSR.from_scipy(sp.csr_matrix(np.ones((2, 4), np.float32)))
+    with pytest.raises(ValueError, match="square graph"):
+        permuted_on_device(A, np.arange(2))
+    with pytest.raises(ValueError, match="chunk must be a power of two"):
+        permuted_on_device(CSR.from_scipy(graph([3, 1, 0], 3, seed=11)), np.arange(3), chunk=24)
 
 
 def test_a_graph_without_entries():
@@ -67,9 +82,11 @@ def test_a_perm_that_is_no_permutation_is_refused_before_any_launch(perm):
 
 def test_long_rows_are_cut_into_chunks_in_row_order():
     indptr = np.array([0, 5, 5, 45, 78])  # lengths 5, 0, 40, 33 with rows over 4 long
-    rows, offsets = long_row_chunks(indptr, 4, 16)
+    rows, offsets, starts, entries = long_row_chunks(indptr, 4, 16)
     np.testing.assert_array_equal(rows, [0, 2, 2, 2, 3, 3, 3])
     np.testing.assert_array_equal(offsets, [0, 0, 16, 32, 0, 16, 32])
+    np.testing.assert_array_equal(starts, [0, 5, 5, 5, 45, 45, 45])  # among the long rows' entries
+    assert entries == 78
 
 
 @pytest.mark.gpu
@@ -80,3 +97,18 @@ def test_power_law_rows_equal_the_hosts_permutation_on_a_gpu():
     lengths[:3] = [n // 2, 4097, 1025]  # rows of many chunks, and just past one
     A = graph(lengths, n, seed=6)
     assert_same_as_host(A, np.float32, np.int32, rng.permutation(n), chunk=1024)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("longest_row, on_gpu", [(2**20, True), (2, False)])
+def test_plans_permute_on_the_gpu_unless_a_row_is_longer_than_longest_row(longest_row, on_gpu, monkeypatch):
+    import numbasparse as ns
+    from numbasparse.cuda import permute
+
+    monkeypatch.setattr(permute, "LONGEST_ROW", longest_row)
+    A = graph([5, 3, 0, 40, 7] * 20, 100, seed=12)
+    plan = ns.prepare(A, reorder="bfs", backend="cuda")
+    assert (plan.A._host_copy is None) == on_gpu  # (a device-made CSR downloads its host copy on demand)
+    expected = permuted(canonical_csr(A), plan.perm)
+    got = plan.A.to_scipy()
+    assert np.array_equal(got.indices, expected.indices) and np.array_equal(got.data, expected.data)
