@@ -410,7 +410,7 @@ def _bfs_levels(indptr, indices, t_indptr, t_indices, n, two_way):
     # pass numbers those in the pieces' order, skipping repeats: the serial sweep's numbering
     order = np.empty(n, np.int64)
     reached = np.zeros(n, np.bool_)
-    listed = np.empty(indptr[n] + (t_indptr[n] if two_way else 0), np.int64)
+    listed = np.empty(indptr[n] + (t_indptr[n] if two_way else 0), indices.dtype)
     room = np.zeros(_LEVEL_PIECES + 1, np.int64)
     found = np.zeros(_LEVEL_PIECES, np.int64)
     tail = 0
