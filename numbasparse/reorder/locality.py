@@ -14,6 +14,7 @@ fetches save per call (a share FETCH_SHARE of their bytes at peak bandwidth) exc
 permutations' and the time to compute it is won back within ``payback_calls`` calls
 (:func:`choose_order`).
 """
+import threading
 import time
 
 import numpy as np
@@ -46,7 +47,7 @@ MODEL_ENTRIES = 2**18
 MODEL_HELD = 1024
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # (nogil: choose_order predicts one order while it computes another)
 def _fetches(indptr, indices, rows, n_cols, held, tree):
     # Least-recently-used L2 of ``held`` B rows: an access misses when ``held`` or more distinct
     # columns were used since the column's last use (its reuse distance), counted with a Fenwick
@@ -145,6 +146,43 @@ def _sampled_entries(indptr, indices, sampled, used):
     return counts, kept
 
 
+def _compute(method, order, A, computed, record):
+    """Compute ``order(A)`` into ``computed`` unless an earlier decision did, and start its
+    entry in ``record``: not predicted yet, charged the seconds this decision spent on it (each
+    order is charged once, at the decision that computed it)."""
+    if method in record:
+        return
+    charged = 0.0
+    if method not in computed:
+        start = time.perf_counter()
+        computed[method] = (order(A), time.perf_counter() - start, None)
+        charged = computed[method][1]
+    record[method] = dict(fetches=None, saved_bytes_per_call=None, seconds=charged, payback_calls=float("inf"))
+
+
+class _Background:
+    """``function(*args)`` on a thread of its own (a function that releases the GIL runs on
+    another core meanwhile); ``result()`` waits for it and returns it (or raises its error)."""
+
+    def __init__(self, function, *args):
+        self._outcome = None
+        self._thread = threading.Thread(target=self._run, args=(function, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, function, args):
+        try:
+            self._outcome = (True, function(*args))
+        except BaseException as error:  # noqa: BLE001 (raised again in result())
+            self._outcome = (False, error)
+
+    def result(self):
+        self._thread.join()
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+
 def _compile_model(A):
     """Compile (or load) the model's passes for ``A``'s index dtype before they are timed."""
     from ..cpu.threads import parallel_call
@@ -189,12 +227,25 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
         return None, None, dict(record, why="reordering takes graphs of fewer than 2**31 nodes")
     held = l2_bytes // row_bytes
     _compile_model(A)
+    compile_reordering(A)
     start = time.perf_counter()
     sample = FetchSample(A, held)
-    record["natural_fetches"] = natural = predicted_fetches(A, np.arange(n_rows), held, sample)
+    natural_rows = np.arange(n_rows)
     record["model_seconds"] += time.perf_counter() - start
     permute_bytes = 2 * (k + n_rows) * n_cols * itemsize if permutes else 0  # B in, C out: read + write
     used_columns = sample.used_columns
+    if permutes:  # the per-call permutations may rule every order out: predict first
+        start = time.perf_counter()
+        natural = predicted_fetches(A, natural_rows, held, sample)
+        record["model_seconds"] += time.perf_counter() - start
+    else:  # the natural order's prediction on another core while the orders are computed
+        natural = _Background(predicted_fetches, A, natural_rows, held, sample)
+        for method, order in candidates:
+            _compute(method, order, A, computed, record)
+        start = time.perf_counter()
+        natural = natural.result()
+        record["model_seconds"] += time.perf_counter() - start  # (what the orders did not hide)
+    record["natural_fetches"] = natural
     if natural <= used_columns:  # no order fetches a row less than once
         return None, None, dict(record, why="the graph's own order fetches each B row once")
     if (natural - used_columns) * fetch_worth <= permute_bytes:
@@ -202,17 +253,11 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
                                              "permutations")
     best = (None, None)
     most_saved = (natural - used_columns) * fetch_worth - permute_bytes  # an order fetching each row once
-    compile_reordering(A)
     for method, order in candidates:
-        charged = 0.0  # (each order's time is charged once, at the decision that spent it)
-        if method not in computed:
-            start = time.perf_counter()
-            computed[method] = (order(A), time.perf_counter() - start, None)
-            charged = computed[method][1]
+        _compute(method, order, A, computed, record)
+        charged = record[method]["seconds"]
         perm, seconds, matrix = computed[method]
         if seconds * bandwidth > payback_calls * most_saved:  # cannot pay back even then: no prediction
-            record[method] = dict(fetches=None, saved_bytes_per_call=None, seconds=charged,
-                                  payback_calls=float("inf"))
             continue
         start = time.perf_counter()
         fetches = predicted_fetches(A, perm, held, sample)

@@ -90,16 +90,25 @@ def test_empty_graph_keeps_the_order():
 
 def test_no_order_is_computed_where_even_one_fetch_per_row_cannot_pay_the_permutations(monkeypatch):
     """The band's own order fetches each B row about twice through an L2 of 20 rows: the
-    permutations' bytes exceed anything an order could save, so no candidate order is computed;
-    through an L2 of 64 rows it fetches each row once, and nothing can be saved at all."""
+    permutations' bytes exceed anything an order could save, so no candidate order is computed."""
     computed = []
     spy = (("rcm", lambda A: computed.append("rcm") or np.arange(A.shape[0])),)
     method, _, record = locality.choose_order(band_graph(3000, 10), 8, 4, l2_bytes=640, bandwidth=1e9,
                                               candidates=spy)
     assert method is None and computed == [] and "per-call permutations" in record["why"]
+
+
+def test_without_per_call_permutations_the_orders_are_computed_while_the_natural_order_is_predicted():
+    """With the caller's features in the plan's order nothing rules an order out before the
+    natural order's prediction, so the orders are computed meanwhile (on another core) and
+    charged even where that prediction then says nothing can be saved (the band through an L2 of
+    64 rows fetches each B row once)."""
+    computed = []
+    spy = (("rcm", lambda A: computed.append("rcm") or np.arange(A.shape[0])),)
     method, _, record = locality.choose_order(band_graph(3000, 10), 8, 4, l2_bytes=2048, bandwidth=1e9,
                                               candidates=spy, permutes=False)
-    assert method is None and computed == [] and "fetches each B row once" in record["why"]
+    assert method is None and computed == ["rcm"] and "fetches each B row once" in record["why"]
+    assert record["rcm"]["fetches"] is None and record["rcm"]["seconds"] > 0
 
 
 def test_an_order_too_slow_to_pay_back_even_at_one_fetch_per_row_is_not_predicted(monkeypatch):
