@@ -213,8 +213,11 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
     permuted A for the order taken, else None)} of orders computed before (for
     other widths), filled in here, so that each order is computed and charged once; ``candidates``: (method, order function) pairs,
     default CANDIDATES; ``permutes``: whether each call permutes B in and C out (False for a
-    plan whose caller keeps its features in the plan's order); ``permute(A, perm)``: the
-    permuted A that the plan keeps (default: a host copy; a plan on the GPU permutes there)."""
+    plan whose caller keeps its features in the plan's order: then nothing rules an order out
+    before the natural order's prediction, so the orders are computed while it runs on another
+    core, and charged even where it then says none can save anything; ``model_seconds`` counts
+    what they did not hide); ``permute(A, perm)``: the permuted A that the plan keeps (default:
+    a host copy; a plan on the GPU permutes there)."""
     computed = {} if computed is None else computed
     candidates = CANDIDATES if candidates is None else candidates
     n_rows, k = A.shape
