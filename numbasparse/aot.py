@@ -44,13 +44,14 @@ def _graphs():
 def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DTYPES, progress=True):
     """Compile (or find on disk) every kernel that ``spmm`` (sum, mean, max, min), ``sddmm``,
     ``sddmm_spmm`` and ``graph_attention`` (both paths of ``fused="auto"``) run for ``dtypes`` x
-    ``n`` x ``index_dtypes``, and store it in the on-disk cache.  Needs a GPU.  Returns
+    ``n`` x ``index_dtypes``, and the permutation of a reordered plan (``prepare``), and store
+    them in the on-disk cache.  Needs a GPU.  Returns
     {"loaded", "stored", "missed", "seconds"}: kernels found on disk, compiled and stored, and
     compiled without an intact file to replace."""
     from numba import cuda
 
     from . import api, arrays, csr
-    from .cuda import hp, launch
+    from .cuda import hp, launch, permute
     from .cuda.device import gpu_present, simulator_enabled
     from .disk import cache_dir
 
@@ -84,6 +85,8 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
             for fuse in (True, False):  # fused="auto" takes either by the graph (dispatch.fuse_pays)
                 api.graph_attention(A, X, X, X, fused=fuse)
                 api.sddmm_spmm(A, X, X, X, fused=fuse)
+            if k == n[0]:  # a reordered plan's permutation on the GPU (prepare(reorder=...))
+                permute.compile_permutation(A)
     cuda.synchronize()
     if progress:
         _bar(len(steps), len(steps), "done")
