@@ -26,8 +26,8 @@ from .intrinsics import shfl_idx, syncblock
 #: Entries of a long row's chunk: the bitonic sort's shared keys (8 bytes each).
 CHUNK = 1024
 #: Graphs with a row longer than this are permuted on the host: the merge's searches grow with
-#: the square of a row's length (a row of 2**21 entries: 133 ms on an H200, against 199 ms on
-#: the host's 16 cores; 2**20: 80 against 182 ms).
+#: the square of a row's length (4.2M entries and one row of 2**21: 133 ms on an H200, against
+#: 199 ms on the host's 16 cores; with a row of 2**20: 80 against 182 ms).
 LONGEST_ROW = 2**20
 #: Threads per block of the chunk kernels: most long rows hold 33 to a few hundred entries, so
 #: small blocks (more of them per SM) rather than threads idle at every barrier of a short network.
