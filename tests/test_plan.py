@@ -82,7 +82,6 @@ def test_auto_reorders_per_width_where_the_model_says_it_pays(monkeypatch):
     rows outgrow L2 and a locality order pays back at once; at N = 1 B fits.  Results stay in the
     caller's order either way."""
     from numbasparse.cuda import device
-
     from numbasparse.reorder import locality
 
     monkeypatch.setattr(device, "memory_system", lambda: (4096, 1e6))
@@ -117,8 +116,6 @@ def test_auto_reads_only_the_pattern_and_computes_each_order_once(monkeypatch):
     """NaN weights do not stop the orders (they read the pattern); a call with out= keeps the
     graph's own order; a second width reuses the orders computed for the first."""
     from numbasparse.cuda import device
-    from numbasparse.reorder import locality
-
     from numbasparse.reorder import locality
 
     monkeypatch.setattr(device, "memory_system", lambda: (4096, 1e6))

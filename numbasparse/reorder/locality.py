@@ -14,8 +14,8 @@ fetches save per call (a share FETCH_SHARE of their bytes at peak bandwidth) exc
 permutations' and the time to compute it is won back within ``payback_calls`` calls
 (:func:`choose_order`).
 """
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import njit, prange
@@ -160,29 +160,6 @@ def _compute(method, order, A, computed, record):
     record[method] = dict(fetches=None, saved_bytes_per_call=None, seconds=charged, payback_calls=float("inf"))
 
 
-class _Background:
-    """``function(*args)`` on a thread of its own (a function that releases the GIL runs on
-    another core meanwhile); ``result()`` waits for it and returns it (or raises its error)."""
-
-    def __init__(self, function, *args):
-        self._outcome = None
-        self._thread = threading.Thread(target=self._run, args=(function, args), daemon=True)
-        self._thread.start()
-
-    def _run(self, function, args):
-        try:
-            self._outcome = (True, function(*args))
-        except BaseException as error:  # noqa: BLE001 (raised again in result())
-            self._outcome = (False, error)
-
-    def result(self):
-        self._thread.join()
-        ok, value = self._outcome
-        if not ok:
-            raise value
-        return value
-
-
 def _compile_model(A):
     """Compile (or load) the model's passes for ``A``'s index dtype before they are timed."""
     from ..cpu.threads import parallel_call
@@ -241,13 +218,14 @@ def choose_order(A, n_cols, itemsize, l2_bytes, bandwidth, payback_calls=PAYBACK
         start = time.perf_counter()
         natural = predicted_fetches(A, natural_rows, held, sample)
         record["model_seconds"] += time.perf_counter() - start
-    else:  # the natural order's prediction on another core while the orders are computed
-        natural = _Background(predicted_fetches, A, natural_rows, held, sample)
-        for method, order in candidates:
-            _compute(method, order, A, computed, record)
-        start = time.perf_counter()
-        natural = natural.result()
-        record["model_seconds"] += time.perf_counter() - start  # (what the orders did not hide)
+    else:  # the natural order's prediction on another core (it releases the GIL) while the orders are computed
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            natural = pool.submit(predicted_fetches, A, natural_rows, held, sample)
+            for method, order in candidates:
+                _compute(method, order, A, computed, record)
+            start = time.perf_counter()
+            natural = natural.result()
+            record["model_seconds"] += time.perf_counter() - start  # (what the orders did not hide)
     record["natural_fetches"] = natural
     if natural <= used_columns:  # no order fetches a row less than once
         return None, None, dict(record, why="the graph's own order fetches each B row once")

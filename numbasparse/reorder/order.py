@@ -7,17 +7,6 @@ from ._checks import graph_copy, positive_int
 from .louvain import louvain
 
 
-def check_permutation(perm, n):
-    """``perm`` as a new int64 array, if it is a permutation of 0..n-1 (ValueError otherwise)."""
-    perm = np.asarray(perm)
-    if perm.shape != (n,) or perm.dtype.kind not in "iu" or (n and (perm.min() < 0 or perm.max() >= n)):
-        raise ValueError(f"perm must be a permutation of 0..{n - 1}")
-    perm = perm.astype(np.int64)  # a copy, even of an int64 perm
-    if not np.bincount(perm, minlength=n).all():  # n values in range, each at least once: once each
-        raise ValueError(f"perm must be a permutation of 0..{n - 1}")
-    return perm
-
-
 def permute(A, perm):
     """``P A P^T``: row and column ``new`` of the result are row and column ``perm[new]`` of A.
 
@@ -29,7 +18,7 @@ def permute(A, perm):
 
 def permuted(A, perm):
     """``P A P^T`` of a canonical square scipy CSR ``A`` and a permutation ``perm`` of its nodes
-    (checked by :func:`check_permutation`: the njit pass would write out of bounds otherwise),
+    (checked by :func:`row_maps`: the njit pass would write out of bounds otherwise),
     a canonical CSR of A's dtypes.  Rows are permuted in parallel across the CPU's cores,
     because the reordering's time counts against what it saves per call.  Graphs of 2**31
     nodes or more are refused (ValueError)."""
@@ -51,11 +40,13 @@ def _permute(A, perm, entries):
         raise ValueError(f"A has {n} nodes; reordering takes graphs of fewer than 2**31")
     from ..cpu.threads import parallel_call
 
-    perm = check_permutation(perm, n)
+    inverse, new_indptr = row_maps(A.indptr, perm)
     movable = A.dtype.kind in "biuf" and A.dtype.itemsize <= 8  # (values Numba can move: not longdouble)
     data = A.data if movable else np.zeros(A.indptr[n], np.int8)
     order = np.empty(A.indptr[n] if entries or not movable else 0, np.int64)
-    indptr, indices, data = parallel_call(_permuted, A.indptr, A.indices, data, perm, order)
+    indices, data = parallel_call(_permuted, A.indptr, A.indices, data, np.asarray(perm, np.int64), inverse,
+                                  new_indptr, order)
+    indptr = new_indptr
     result = sp.csr_matrix(A.shape, dtype=A.dtype)  # arrays set directly: scipy's constructor
     result.data = data if movable else A.data[order]  # would copy int64 indices to narrow them
     result.indices, result.indptr = indices, indptr.astype(A.indptr.dtype)
@@ -69,7 +60,9 @@ def compile_reordering(A):
     from ..cpu.threads import parallel_call
 
     indptr, indices = np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype)
-    parallel_call(_permuted, indptr, indices, np.zeros(0, A.dtype), np.zeros(1, np.int64), np.zeros(0, np.int64))
+    one = np.zeros(1, np.int64)
+    parallel_call(_permuted, indptr, indices, np.zeros(0, A.dtype), one, one, np.zeros(2, np.int64),
+                  np.zeros(0, np.int64))
     parallel_call(_row_maps, indptr, np.zeros(1, np.int64))
     parallel_call(_pair_hash_sums, indptr, indices)
     t_indptr, t_indices = parallel_call(_transposed_pattern, indptr, indices, 1, 1)
@@ -91,12 +84,12 @@ _PIECES = 1024
 
 
 @njit(parallel=True, cache=True)
-def _permuted(indptr, indices, data, perm, entry_order):
+def _permuted(indptr, indices, data, perm, inverse, new_indptr, entry_order):
     # Row i of the result is row perm[i] of A with renumbered columns, sorted: rows are
     # independent, so pieces of rows go to the cores, each sorting (column << 32 | offset) keys
-    # of one row at a time in a buffer of its own.  ``entry_order``: filled unless empty.
+    # of one row at a time in a buffer of its own.  ``inverse``, ``new_indptr``: row_maps'.
+    # ``entry_order``: filled unless empty.  Returns the result's (indices, data).
     n = perm.size
-    inverse, new_indptr, _ = _row_maps(indptr, perm)  # (perm checked by the caller)
     nnz = new_indptr[n]
     new_indices = np.empty(nnz, indices.dtype)
     new_data = np.empty(nnz, data.dtype)
@@ -117,14 +110,15 @@ def _permuted(indptr, indices, data, perm, entry_order):
             if entry_order.size:
                 for j in range(length):
                     entry_order[at + j] = start + (keys[j] & 0xFFFFFFFF)
-    return new_indptr, new_indices, new_data
+    return new_indices, new_data
 
 
 def row_maps(indptr, perm):
     """(inverse, indptr) of ``permuted(A, perm)`` from A's ``indptr``: ``inverse[old] = new`` and
     the result's row pointers, both int64, after checking in the same passes that ``perm`` is a
-    permutation of A's nodes (ValueError otherwise: the GPU's permutation would write out of
-    bounds).  The host's half of :func:`numbasparse.cuda.permute.permuted_on_device`."""
+    permutation of A's nodes (ValueError otherwise: the permutation passes, on the host and
+    the GPU (:func:`numbasparse.cuda.permute.permuted_on_device`), would write out of bounds).
+    ``perm`` is not modified."""
     from ..cpu.threads import parallel_call
 
     n = indptr.size - 1
