@@ -188,8 +188,8 @@ def spmm(A, B, *, reduce="sum", algorithm="auto", backend="auto", out=None, prec
                        (A, B, reduce, algorithm, backend, out, precision))
 
 
-def _spmm_outputs(A, B):
-    return (B.new_empty((A.shape[0], B.shape[1])),)
+def _spmm_outputs(A, B):  # (sizes as arguments, not a tuple: torch parses them faster)
+    return (B.new_empty(A.shape[0], B.shape[1]),)
 
 
 def _spmm(A, B, reduce, algorithm, backend, out, precision, record):
@@ -244,7 +244,7 @@ def sddmm(A, X, Y, *, algorithm="auto", backend="auto"):
 
 
 def _sddmm_outputs(A, X, Y):
-    return (X.new_empty((A.nnz,)),)
+    return (X.new_empty(A.nnz),)
 
 
 def _sddmm(A, X, Y, algorithm, backend, record):
@@ -402,7 +402,7 @@ def _scores_times(A, X, Y, Z, names, *, softmax, fused, backend):
 
 
 def _scores_times_outputs(A, X, Y, Z):
-    return (X.new_empty((A.shape[0], Z.shape[1])),)
+    return (X.new_empty(A.shape[0], Z.shape[1]),)
 
 
 def _scores_times_call(A, X, Y, Z, names, softmax, fused, backend, record):

@@ -65,7 +65,8 @@ for spec in args.graphs:
     print(f"  replay entry: {type(entry).__name__}, steps "
           f"{[('memset' if isinstance(s, int) else type(s).__name__) for s, _ in getattr(entry, 'steps', [])]}")
     parts = {
-        "new_empty": lambda: B.new_empty((A.shape[0], N)),
+        "new_empty((m, n))": lambda: B.new_empty((A.shape[0], N)),
+        "new_empty(m, n)": lambda: B.new_empty(A.shape[0], N),
         "torch.empty(device=B.device)": lambda: torch.empty((A.shape[0], N), device=B.device),
         "torch_signature": lambda: arrays.torch_signature(B),
         "torch_stream_handle": lambda: arrays.torch_stream_handle(B.device),
@@ -84,8 +85,7 @@ for spec in args.graphs:
         bound = next((s for s, _ in entry.steps if not isinstance(s, int)), None)
         if bound is not None:
             roles = next(r for s, r in entry.steps if s is bound)
-            ps = [pointers[r] for r in roles]
-            parts["BoundLaunch.replay"] = lambda: bound.replay(ps, handle)
+            parts["BoundLaunch.replay"] = lambda: bound.replay(pointers, roles, handle)
             f = bound.fast
             drv = launch._driver()[0]
             g, b, pa = bound.grid, bound.block, bound.params_address

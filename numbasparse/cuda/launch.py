@@ -491,6 +491,7 @@ class BoundLaunch:
         offsets = fast.slot_offsets()
         # (slot of the data pointer, (dtype, ndim), shape) per variable argument
         self.variable = [(offsets[i] + 4, fast.kinds[i][1], list(args[i].shape)) for i in variable]
+        self.pointer_slots = tuple(slot for slot, _, _ in self.variable)
         self.fixed = [a for i, a in enumerate(args) if i not in variable]
         self.lock = threading.Lock()
 
@@ -505,13 +506,14 @@ class BoundLaunch:
                 return False
             return self.fast.call(self.params_address, self.grid, self.block, stream_handle(stream)) or None
 
-    def replay(self, pointers, handle):
-        """Launch with the ``variable`` arguments' data pointers taken from ``pointers`` (one
-        per variable argument, no check: the caller has checked the operands) in the stream of
-        driver handle ``handle``.  True when launched."""
+    def replay(self, pointers, roles, handle):
+        """Launch with the ``variable`` arguments' data pointers ``pointers[r]`` for r in
+        ``roles`` (one per variable argument, no check: the caller has checked the operands) in
+        the stream of driver handle ``handle``.  True when launched."""
+        slots = self.slots
         with self.lock:
-            for (slot, _, _), pointer in zip(self.variable, pointers):
-                self.slots[slot] = pointer
+            for slot, role in zip(self.pointer_slots, roles):
+                slots[slot] = pointers[role]
             return self.fast.enabled and self.fast.call(self.params_address, self.grid, self.block, handle)
 
 
