@@ -48,42 +48,46 @@ MODEL_HELD = 1024
 
 
 @njit(cache=True, nogil=True)  # (nogil: choose_order predicts one order while it computes another)
-def _fetches(indptr, indices, rows, n_cols, held, tree):
-    # Least-recently-used L2 of ``held`` B rows: an access misses when ``held`` or more distinct
-    # columns were used since the column's last use (its reuse distance), counted with a Fenwick
-    # tree over positions in the sweep that marks each column's latest use.
-    size = tree.size - 1
-    last = np.full(n_cols, -1, np.int64)
-    fetches = 0
-    t = 0
+def _fetches(indptr, indices, rows, held, after, before):
+    # A least-recently-used L2 of ``held`` B rows, simulated: the held columns in a doubly linked
+    # list, most recent first; a use moves its column to the front, a miss also evicts the last
+    # once ``held`` are in.  (An access hits exactly when fewer than ``held`` other columns were
+    # used since its column's last use: the reuse distance the module docstring counts.)
+    # ``after`` and ``before``: -1 for each column, the list's links.
+    held_now = np.zeros(after.size, np.bool_)
+    head, tail, size, fetches = -1, -1, 0, 0
     for r in rows:
         for q in range(indptr[r], indptr[r + 1]):
             c = indices[q]
-            before = last[c]
-            if before < 0:
-                fetches += 1
+            if held_now[c]:
+                if c == head:
+                    continue
+                p, x = before[c], after[c]  # unlink c (not the head: it has a predecessor)
+                after[p] = x
+                if x >= 0:
+                    before[x] = p
+                else:
+                    tail = p
             else:
-                distinct = 0  # marks in (before, t): prefix(t) - prefix(before + 1)
-                i = t
-                while i > 0:
-                    distinct += tree[i]
-                    i -= i & -i
-                i = before + 1
-                while i > 0:
-                    distinct -= tree[i]
-                    i -= i & -i
-                if distinct >= held:
-                    fetches += 1
-                i = before + 1  # unmark the older use
-                while i <= size:
-                    tree[i] -= 1
-                    i += i & -i
-            i = t + 1
-            while i <= size:
-                tree[i] += 1
-                i += i & -i
-            last[c] = t
-            t += 1
+                fetches += 1
+                held_now[c] = True
+                size += 1
+                if size > held:  # evict the least recently used
+                    last = tail
+                    tail = before[last]
+                    if tail >= 0:
+                        after[tail] = -1
+                    else:
+                        head = -1
+                    held_now[last] = False
+                    size -= 1
+            before[c] = -1  # c to the front
+            after[c] = head
+            if head >= 0:
+                before[head] = c
+            head = c
+            if tail < 0:
+                tail = c
     return fetches
 
 
@@ -118,9 +122,9 @@ class FetchSample:
 
     def fetches(self, rows):
         """B rows fetched (scaled back from the sample) when A's rows are swept in order ``rows``."""
-        uses = self.indices.size
-        tree = np.zeros(uses + 1, np.int32 if uses < 2**31 else np.int64)  # (counts of at most nnz)
-        found = _fetches(self.indptr, self.indices, np.asarray(rows, np.int64), self.n_cols, self.held, tree)
+        links = np.int32 if self.n_cols < 2**31 else np.int64
+        after, before = np.full(self.n_cols, -1, links), np.full(self.n_cols, -1, links)
+        found = _fetches(self.indptr, self.indices, np.asarray(rows, np.int64), self.held, after, before)
         return int(round(found / self.rate))
 
 
@@ -131,9 +135,12 @@ def _sampled_entries(indptr, indices, sampled, used):
     n = indptr.size - 1
     counts = np.zeros(n + 1, np.int64)
     for r in prange(n):
+        kept_in_row = 0
         for q in range(indptr[r], indptr[r + 1]):
-            counts[r + 1] += sampled[indices[q]]
-            used[indices[q]] = True
+            kept_in_row += sampled[indices[q]]
+            if not used[indices[q]]:  # (read first: most columns are marked already, and writes contend)
+                used[indices[q]] = True
+        counts[r + 1] = kept_in_row
     for r in range(n):
         counts[r + 1] += counts[r]
     kept = np.empty(counts[n], indices.dtype)
@@ -166,7 +173,7 @@ def _compile_model(A):
 
     indptr, indices = np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype)
     parallel_call(_sampled_entries, indptr, indices, np.ones(1, np.bool_), np.zeros(1, np.bool_))
-    _fetches(np.zeros(2, np.int64), indices, np.zeros(1, np.int64), 1, 1, np.zeros(1, np.int32))
+    _fetches(np.zeros(2, np.int64), indices, np.zeros(1, np.int64), 1, np.full(1, -1, np.int32), np.full(1, -1, np.int32))
 
 
 def predicted_fetches(A, rows, held, sample=None):
