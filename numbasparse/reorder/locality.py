@@ -106,19 +106,23 @@ class FetchSample:
 
         held = max(1, int(held))
         rate = min(1.0, max(MODEL_ENTRIES / max(A.nnz, 1), MODEL_HELD / held))
-        self.n_cols = A.shape[1]
+        id_type = np.int32 if A.shape[1] < 2**31 else np.int64
         if rate == 1:
-            sampled = np.ones(A.shape[1], np.bool_)
+            ids = np.arange(A.shape[1], dtype=id_type)
         else:
             threshold = np.uint64(int(rate * 2**24))
             columns = np.arange(A.shape[1], dtype=np.uint64)  # (Fibonacci hashing: the top 24 bits of the product)
             sampled = (columns * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40) < threshold
             rate = float(threshold) / 2**24
-        used = np.zeros(A.shape[1], np.bool_)
-        self.indptr, self.indices = parallel_call(_sampled_entries, A.indptr, A.indices, sampled, used)
+            # the sampled columns numbered 0, 1, ... (-1: not sampled), so that the simulated L2's
+            # lists span only them and stay in the CPU's caches
+            ids = np.where(sampled, np.cumsum(sampled, dtype=id_type) - 1, -1).astype(id_type)
+        self.n_cols = int(ids.max()) + 1 if ids.size else 0
+        used = np.zeros(self.n_cols, np.bool_)
+        self.indptr, self.indices = parallel_call(_sampled_entries, A.indptr, A.indices, ids, used)
         self.rate, self.held = rate, max(1, round(held * rate))
-        #: B rows A reads at all: the fewest fetches any order can make
-        self.used_columns = int(np.count_nonzero(used))
+        #: B rows A reads at all (scaled back from the sample): the fewest fetches any order can make
+        self.used_columns = int(round(np.count_nonzero(used) / rate))
 
     def fetches(self, rows):
         """B rows fetched (scaled back from the sample) when A's rows are swept in order ``rows``."""
@@ -129,27 +133,29 @@ class FetchSample:
 
 
 @njit(parallel=True, cache=True)
-def _sampled_entries(indptr, indices, sampled, used):
-    # (indptr, indices) of A's entries in the sampled columns, rows kept; marks the columns used
-    # (every thread that writes a mark writes True)
+def _sampled_entries(indptr, indices, ids, used):
+    # (indptr, indices) of A's entries in the sampled columns, rows kept, each column given as
+    # its number among the sampled (``ids``, -1 where not sampled); marks the sampled columns
+    # used (every thread that writes a mark writes True)
     n = indptr.size - 1
     counts = np.zeros(n + 1, np.int64)
     for r in prange(n):
         kept_in_row = 0
         for q in range(indptr[r], indptr[r + 1]):
-            kept_in_row += sampled[indices[q]]
-            if not used[indices[q]]:  # (read first: most columns are marked already, and writes contend)
-                used[indices[q]] = True
+            kept_in_row += ids[indices[q]] >= 0
         counts[r + 1] = kept_in_row
     for r in range(n):
         counts[r + 1] += counts[r]
-    kept = np.empty(counts[n], indices.dtype)
+    kept = np.empty(counts[n], ids.dtype)
     for r in prange(n):
         at = counts[r]
         for q in range(indptr[r], indptr[r + 1]):
-            if sampled[indices[q]]:
-                kept[at] = indices[q]
+            c = ids[indices[q]]
+            if c >= 0:
+                kept[at] = c
                 at += 1
+                if not used[c]:  # (read first: most columns are marked already, and writes contend)
+                    used[c] = True
     return counts, kept
 
 
@@ -172,8 +178,9 @@ def _compile_model(A):
     from ..cpu.threads import parallel_call
 
     indptr, indices = np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype)
-    parallel_call(_sampled_entries, indptr, indices, np.ones(1, np.bool_), np.zeros(1, np.bool_))
-    _fetches(np.zeros(2, np.int64), indices, np.zeros(1, np.int64), 1, np.full(1, -1, np.int32), np.full(1, -1, np.int32))
+    ids = np.zeros(1, np.int32 if A.shape[1] < 2**31 else np.int64)
+    parallel_call(_sampled_entries, indptr, indices, ids, np.zeros(1, np.bool_))
+    _fetches(np.zeros(2, np.int64), ids[:0], np.zeros(1, np.int64), 1, np.full(1, -1, np.int32), np.full(1, -1, np.int32))
 
 
 def predicted_fetches(A, rows, held, sample=None):
