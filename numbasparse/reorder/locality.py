@@ -136,26 +136,28 @@ class FetchSample:
 def _sampled_entries(indptr, indices, ids, used):
     # (indptr, indices) of A's entries in the sampled columns, rows kept, each column given as
     # its number among the sampled (``ids``, -1 where not sampled); marks the sampled columns
-    # used (every thread that writes a mark writes True)
+    # used (every thread that writes a mark writes True).  One pass reads every entry, putting
+    # a row's sampled ones at the start of its own span of a full-size buffer; the second moves
+    # only those (a share ``rate`` of the entries) together.  (The buffer is the size of A's
+    # indices: less than the permuted copy of A that a reordering makes.)
     n = indptr.size - 1
+    spread = np.empty(indices.size, ids.dtype)
     counts = np.zeros(n + 1, np.int64)
     for r in prange(n):
-        kept_in_row = 0
+        at = indptr[r]
         for q in range(indptr[r], indptr[r + 1]):
-            kept_in_row += ids[indices[q]] >= 0
-        counts[r + 1] = kept_in_row
+            c = ids[indices[q]]
+            if c >= 0:
+                spread[at] = c
+                at += 1
+                if not used[c]:  # (read first: most columns are marked already, and writes contend)
+                    used[c] = True
+        counts[r + 1] = at - indptr[r]
     for r in range(n):
         counts[r + 1] += counts[r]
     kept = np.empty(counts[n], ids.dtype)
     for r in prange(n):
-        at = counts[r]
-        for q in range(indptr[r], indptr[r + 1]):
-            c = ids[indices[q]]
-            if c >= 0:
-                kept[at] = c
-                at += 1
-                if not used[c]:  # (read first: most columns are marked already, and writes contend)
-                    used[c] = True
+        kept[counts[r]:counts[r + 1]] = spread[indptr[r]:indptr[r] + counts[r + 1] - counts[r]]
     return counts, kept
 
 
