@@ -20,9 +20,9 @@ a device matrix goes through :func:`call`:
    arrays the call made and declared with :func:`numbasparse.cuda.launch.intermediate`,
    allocated again by the replay in the operands' framework, on their stream, and dropped after
    it) and reissues the recorded operations with the new data pointers: no validation or
-   dispatch, which earlier calls with the same signature already passed.  The operands'
-   alignment (which chose the vector width) is part of the signature; the replay checks its new
-   outputs' and falls back to the full call when it differs.
+   dispatch, which earlier calls with the same signature already passed.  The replay checks the
+   operands' alignment (which chose the vector width) and falls back to the full call when it
+   differs.
 
 Replays live in the ``replays`` section of the matrix's cache (:mod:`numbasparse.cache`).
 """
@@ -62,7 +62,7 @@ def call(A, options, operands, out, new_outputs, full_call, args):
         if replayed:
             return outputs[0] if len(outputs) == 1 else outputs
         entry = REPLAY_FROM_CALL - 1  # alignment differs, or the fast launch is off: record again
-    return full_call(*args, _Recorder(A, key, (entry or 0) + 1, len(operands)))
+    return full_call(*args, _Recorder(A, key, (entry or 0) + 1))
 
 
 def _intermediates(like, sizes):
@@ -78,10 +78,10 @@ class _Recorder:
     ``replays`` section and, from the signature's REPLAY_FROM_CALL - 1-th call on, records it
     and keeps its :class:`Replay` (or the count, if it cannot be replayed)."""
 
-    __slots__ = ("A", "key", "seen", "n_operands", "recording", "observing")
+    __slots__ = ("A", "key", "seen", "recording", "observing")
 
-    def __init__(self, A, key, seen, n_operands):
-        self.A, self.key, self.seen, self.n_operands = A, key, seen, n_operands
+    def __init__(self, A, key, seen):
+        self.A, self.key, self.seen = A, key, seen
         self.recording = self.observing = None
 
     @property
@@ -94,7 +94,7 @@ class _Recorder:
 
     def __call__(self, *views):
         if self.seen >= REPLAY_FROM_CALL - 1:
-            self.recording = Recording(views, self.n_operands)
+            self.recording = Recording(views)
         return self
 
     def __enter__(self):
@@ -165,9 +165,8 @@ class Recording:
     """The GPU operations of one call (the observer of :func:`numbasparse.cuda.launch.observing`).
     ``views``: the call's device arrays, recognised by identity."""
 
-    def __init__(self, views, n_operands=0):
+    def __init__(self, views):
         self.views = list(views)
-        self.n_operands = n_operands  # (the first views: their alignment is in the call's signature)
         self.intermediate_bytes = []  # per intermediate (views after the call's own)
         self.steps = []
         self.replayable = True
@@ -202,7 +201,7 @@ class Recording:
         if not self.replayable:
             return None
         alignments = tuple(launch.device_pointer(view) % launch.MAX_ALIGNMENT for view in self.views)
-        return Replay(tuple(self.steps), alignments, tuple(self.intermediate_bytes), self.n_operands)
+        return Replay(tuple(self.steps), alignments, tuple(self.intermediate_bytes))
 
 
 class Replay:
@@ -210,23 +209,19 @@ class Replay:
     ``replay(pointers, handle)`` on new operands: ``pointers`` their data pointers in the
     recorded order (operands, outputs, then new intermediates of ``intermediates`` bytes each),
     ``handle`` the driver handle of the stream.  The caller guarantees that the
-    operands have the recorded ones' shapes, dtypes and alignment (the call's signature); the
-    replay checks the new outputs' and intermediates' alignment and returns False, issuing
-    nothing, when it differs.  It also returns False when a launch's fast
+    operands have the recorded ones' shapes and dtypes; the replay checks their alignment and
+    returns False, issuing nothing, when it differs.  It also returns False when a launch's fast
     path has been turned off, having issued the steps before it (which the caller's full call
     then issues again)."""
 
-    __slots__ = ("steps", "checked", "intermediates")
+    __slots__ = ("steps", "alignments", "intermediates")
 
-    def __init__(self, steps, alignments, intermediates=(), n_operands=0):
-        self.steps, self.intermediates = steps, intermediates
-        # (index, alignment) of the pointers to check: the outputs' and intermediates' (the
-        # operands' alignment is part of the call's signature, so equal already)
-        self.checked = tuple(enumerate(alignments))[n_operands:]
+    def __init__(self, steps, alignments, intermediates=()):
+        self.steps, self.alignments, self.intermediates = steps, alignments, intermediates
 
     def __call__(self, pointers, handle):
-        for i, alignment in self.checked:
-            if pointers[i] % launch.MAX_ALIGNMENT != alignment:
+        for pointer, alignment in zip(pointers, self.alignments):
+            if pointer % launch.MAX_ALIGNMENT != alignment:
                 return False
         with launch.ISSUE_LOCK:  # (a step may share scratch with the next: another thread's waits)
             for step, roles in self.steps:
