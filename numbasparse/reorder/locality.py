@@ -106,20 +106,14 @@ class FetchSample:
 
         held = max(1, int(held))
         rate = min(1.0, max(MODEL_ENTRIES / max(A.nnz, 1), MODEL_HELD / held))
-        id_type = np.int32 if A.shape[1] < 2**31 else np.int64
-        if rate == 1:
-            ids = np.arange(A.shape[1], dtype=id_type)
-        else:
-            threshold = np.uint64(int(rate * 2**24))
-            columns = np.arange(A.shape[1], dtype=np.uint64)  # (Fibonacci hashing: the top 24 bits of the product)
-            sampled = (columns * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40) < threshold
-            rate = float(threshold) / 2**24
-            # the sampled columns numbered 0, 1, ... (-1: not sampled), so that the simulated L2's
-            # lists span only them and stay in the CPU's caches
-            ids = np.where(sampled, np.cumsum(sampled, dtype=id_type) - 1, -1).astype(id_type)
-        self.n_cols = int(ids.max()) + 1 if ids.size else 0
+        threshold = np.uint64(2**24 if rate == 1 else int(rate * 2**24))
+        rate = float(threshold) / 2**24
+        # the sampled columns numbered 0, 1, ... (-1: not sampled), so that the simulated L2's
+        # lists span only them and stay in the CPU's caches
+        ids = np.empty(A.shape[1], np.int32 if A.shape[1] < 2**31 else np.int64)
+        self.n_cols = _sample_ids(threshold, ids)
         used = np.zeros(self.n_cols, np.bool_)
-        self.indptr, self.indices = parallel_call(_sampled_entries, A.indptr, A.indices, ids, used)
+        self.indptr, self.indices = parallel_call(_sampled_entries, A.indptr, A.indices, threshold, ids, used)
         self.rate, self.held = rate, max(1, round(held * rate))
         #: B rows A reads at all (scaled back from the sample): the fewest fetches any order can make
         self.used_columns = int(round(np.count_nonzero(used) / rate))
@@ -132,22 +126,47 @@ class FetchSample:
         return int(round(found / self.rate))
 
 
+#: Fibonacci hashing's multiplier: column c is sampled when the top 24 bits of c * HASH (mod
+#: 2**64) fall under the sample's threshold, a hash recomputed wherever it is needed (no table
+#: to read per entry).
+HASH = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(cache=True, inline="always")
+def _is_sampled(c, threshold):
+    return (np.uint64(c) * HASH) >> np.uint64(40) < threshold
+
+
+@njit(cache=True)
+def _sample_ids(threshold, ids):
+    # ids[c]: column c's number among the sampled columns, -1 where it is not sampled; returns
+    # how many are
+    k = 0
+    for c in range(ids.size):
+        if _is_sampled(c, threshold):
+            ids[c] = k
+            k += 1
+        else:
+            ids[c] = -1
+    return k
+
+
 @njit(parallel=True, cache=True)
-def _sampled_entries(indptr, indices, ids, used):
+def _sampled_entries(indptr, indices, threshold, ids, used):
     # (indptr, indices) of A's entries in the sampled columns, rows kept, each column given as
-    # its number among the sampled (``ids``, -1 where not sampled); marks the sampled columns
-    # used (every thread that writes a mark writes True).  One pass reads every entry, putting
-    # a row's sampled ones at the start of its own span of a full-size buffer; the second moves
-    # only those (a share ``rate`` of the entries) together.  (The buffer is the size of A's
-    # indices: less than the permuted copy of A that a reordering makes.)
+    # its number among the sampled (``ids``); marks the sampled columns used (every thread that
+    # writes a mark writes True).  One pass reads every entry, putting a row's sampled ones at
+    # the start of its own span of a full-size buffer; the second moves only those (a share
+    # ``rate`` of the entries) together.  (The buffer is the size of A's indices: less than the
+    # permuted copy of A that a reordering makes.)
     n = indptr.size - 1
     spread = np.empty(indices.size, ids.dtype)
     counts = np.zeros(n + 1, np.int64)
     for r in prange(n):
         at = indptr[r]
         for q in range(indptr[r], indptr[r + 1]):
-            c = ids[indices[q]]
-            if c >= 0:
+            if _is_sampled(indices[q], threshold):
+                c = ids[indices[q]]
                 spread[at] = c
                 at += 1
                 if not used[c]:  # (read first: most columns are marked already, and writes contend)
@@ -181,7 +200,8 @@ def _compile_model(A):
 
     indptr, indices = np.zeros(2, A.indptr.dtype), np.zeros(0, A.indices.dtype)
     ids = np.zeros(1, np.int32 if A.shape[1] < 2**31 else np.int64)
-    parallel_call(_sampled_entries, indptr, indices, ids, np.zeros(1, np.bool_))
+    _sample_ids(np.uint64(1), ids)
+    parallel_call(_sampled_entries, indptr, indices, np.uint64(1), ids, np.zeros(1, np.bool_))
     _fetches(np.zeros(2, np.int64), ids[:0], np.zeros(1, np.int64), 1, np.full(1, -1, np.int32), np.full(1, -1, np.int32))
 
 
