@@ -302,20 +302,22 @@ def same_place(*operands):
         raise TypeError(f"{names} must all be host (NumPy) arrays or all CUDA arrays")
 
 
-_RAW_STREAM = []  # [torch's raw current-stream getter or None], looked up once (every replayed call asks)
+_UNSET = object()
+_raw_stream = _UNSET  # torch's raw current-stream getter (or None), looked up once: every replayed call asks
 
 
 def torch_stream_handle(device):
     """The raw handle of torch's current stream on ``device`` (a torch.device or an index; the
     public API builds a Stream object each time; the raw getter, when torch has it, is several
     times cheaper)."""
-    if not _RAW_STREAM:
+    global _raw_stream
+    if _raw_stream is _UNSET:
         import torch
 
-        _RAW_STREAM.append(getattr(torch._C, "_cuda_getCurrentRawStream", None))
+        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     index = device if isinstance(device, int) else device.index
-    if _RAW_STREAM[0] is not None and index is not None:
-        return _RAW_STREAM[0](index)
+    if _raw_stream is not None and index is not None:
+        return _raw_stream(index)
     import torch
 
     return torch.cuda.current_stream(device).cuda_stream

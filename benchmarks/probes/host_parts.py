@@ -79,7 +79,7 @@ for spec in args.graphs:
     }
     C = B.new_empty((A.shape[0], N))
     handle = arrays.torch_stream_handle(B.device)
-    if isinstance(entry, replay.Replay):
+    if isinstance(entry, replay.Replay) and not entry.intermediates:  # (pointers below: B's and C's only)
         pointers = [B.data_ptr(), C.data_ptr()]
         parts["Replay(pointers, handle)"] = lambda: entry(pointers, handle)
         bound = next((s for s, _ in entry.steps if not isinstance(s, int)), None)

@@ -53,7 +53,8 @@ def _fetches(indptr, indices, rows, held, after, before):
     # list, most recent first; a use moves its column to the front, a miss also evicts the last
     # once ``held`` are in.  (An access hits exactly when fewer than ``held`` other columns were
     # used since its column's last use: the reuse distance the module docstring counts.)
-    # ``after`` and ``before``: -1 for each column, the list's links.
+    # ``after`` and ``before``: the list's links, one per column (any contents: a column's links
+    # are written when it enters the list, before they are read).
     held_now = np.zeros(after.size, np.bool_)
     head, tail, size, fetches = -1, -1, 0, 0
     for r in rows:
@@ -120,8 +121,7 @@ class FetchSample:
 
     def fetches(self, rows):
         """B rows fetched (scaled back from the sample) when A's rows are swept in order ``rows``."""
-        links = np.int32 if self.n_cols < 2**31 else np.int64
-        after, before = np.full(self.n_cols, -1, links), np.full(self.n_cols, -1, links)
+        after, before = np.empty(self.n_cols, self.indices.dtype), np.empty(self.n_cols, self.indices.dtype)
         found = _fetches(self.indptr, self.indices, np.asarray(rows, np.int64), self.held, after, before)
         return int(round(found / self.rate))
 
@@ -202,7 +202,7 @@ def _compile_model(A):
     ids = np.zeros(1, np.int32 if A.shape[1] < 2**31 else np.int64)
     _sample_ids(np.uint64(1), ids)
     parallel_call(_sampled_entries, indptr, indices, np.uint64(1), ids, np.zeros(1, np.bool_))
-    _fetches(np.zeros(2, np.int64), ids[:0], np.zeros(1, np.int64), 1, np.full(1, -1, np.int32), np.full(1, -1, np.int32))
+    _fetches(np.zeros(2, np.int64), ids[:0], np.zeros(1, np.int64), 1, ids, ids.copy())  # (links in the ids' dtype)
 
 
 def predicted_fetches(A, rows, held, sample=None):

@@ -54,6 +54,27 @@ def test_predicted_fetches_of_a_large_graph_sample_b_rows_within_two_percent(mon
         assert exact > 0 and abs(sampled - exact) <= 0.02 * exact
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_a_fetch_sample_keeps_the_entries_of_the_hashed_columns_renumbered(monkeypatch, index_dtype):
+    """The sample: A's entries in the columns whose Fibonacci hash falls under the threshold,
+    in their rows, each column numbered among the sampled ones; the used B rows counted on
+    those columns and scaled like the fetches."""
+    monkeypatch.setattr(locality, "MODEL_ENTRIES", 2000)
+    A = sp.random(3000, 5000, density=0.002, format="csr", random_state=3)
+    A.indptr, A.indices = A.indptr.astype(index_dtype), A.indices.astype(index_dtype)
+    sample = locality.FetchSample(A, held=100_000)
+    assert 0 < sample.rate < 1
+    threshold = np.uint64(round(sample.rate * 2**24))
+    hashed = (np.arange(5000, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40) < threshold
+    number = np.cumsum(hashed) - 1
+    kept = hashed[A.indices]
+    assert sample.n_cols == hashed.sum()
+    per_row = [kept[a:b].sum() for a, b in zip(A.indptr[:-1], A.indptr[1:])]
+    assert np.array_equal(sample.indptr, np.concatenate([[0], np.cumsum(per_row)]))
+    assert np.array_equal(sample.indices, number[A.indices[kept]])
+    assert sample.used_columns == round(np.unique(A.indices[kept]).size / sample.rate)
+
+
 def test_b_within_l2_keeps_the_order():
     A = graphs.shuffled(band_graph(3000, 10))
     method, perm, record = locality.choose_order(A, 8, 4, l2_bytes=1 << 20, bandwidth=1e9)
