@@ -160,13 +160,12 @@ def permuted_on_device(A, perm, *, chunk=CHUNK):
     if chunk < 2 or chunk & (chunk - 1):
         raise ValueError(f"chunk must be a power of two of at least 2, got {chunk!r}")
     host_indptr = A.host_indptr
-    inverse, new_indptr = row_maps(host_indptr, perm)
+    perm, inverse, new_indptr = row_maps(host_indptr, perm)
     new_indptr = new_indptr.astype(host_indptr.dtype, copy=False)
     chunk_row, chunk_offset, chunk_keys, long_entries = long_row_chunks(new_indptr, WARP_SIZE, chunk)
     with A._on_its_gpu(), allocating("the permuted CSR", nnz * (A.indices.dtype.itemsize + A.data.dtype.itemsize)
                                      + 8 * long_entries + 40 * n):
-        index = [cuda.to_device(a) for a in (np.asarray(perm, np.int64), inverse, new_indptr, chunk_row, chunk_offset,
-                                             chunk_keys)]
+        index = [cuda.to_device(a) for a in (perm, inverse, new_indptr, chunk_row, chunk_offset, chunk_keys)]
         d_perm, d_inverse, d_indptr, d_rows, d_offsets, d_keys_at = index
         out_indices = cuda.device_array(nnz, A.indices.dtype)
         out_data = cuda.device_array(nnz, A.data.dtype)

@@ -40,12 +40,11 @@ def _permute(A, perm, entries):
         raise ValueError(f"A has {n} nodes; reordering takes graphs of fewer than 2**31")
     from ..cpu.threads import parallel_call
 
-    inverse, new_indptr = row_maps(A.indptr, perm)
+    perm, inverse, new_indptr = row_maps(A.indptr, perm)
     movable = A.dtype.kind in "biuf" and A.dtype.itemsize <= 8  # (values Numba can move: not longdouble)
     data = A.data if movable else np.zeros(A.indptr[n], np.int8)
     order = np.empty(A.indptr[n] if entries or not movable else 0, np.int64)
-    indices, data = parallel_call(_permuted, A.indptr, A.indices, data, np.asarray(perm, np.int64), inverse,
-                                  new_indptr, order)
+    indices, data = parallel_call(_permuted, A.indptr, A.indices, data, perm, inverse, new_indptr, order)
     indptr = new_indptr
     result = sp.csr_matrix(A.shape, dtype=A.dtype)  # arrays set directly: scipy's constructor
     result.data = data if movable else A.data[order]  # would copy int64 indices to narrow them
@@ -114,21 +113,23 @@ def _permuted(indptr, indices, data, perm, inverse, new_indptr, entry_order):
 
 
 def row_maps(indptr, perm):
-    """(inverse, indptr) of ``permuted(A, perm)`` from A's ``indptr``: ``inverse[old] = new`` and
-    the result's row pointers, both int64, after checking in the same passes that ``perm`` is a
-    permutation of A's nodes (ValueError otherwise: the permutation passes, on the host and
-    the GPU (:func:`numbasparse.cuda.permute.permuted_on_device`), would write out of bounds).
-    ``perm`` is not modified."""
+    """(perm, inverse, indptr) of ``permuted(A, perm)`` from A's ``indptr``: ``perm`` as int64
+    (itself where it is already), ``inverse[old] = new`` and the result's row pointers, both
+    int64, after checking in the same passes that ``perm`` is a permutation of A's nodes
+    (ValueError otherwise: the permutation passes, on the host and the GPU
+    (:func:`numbasparse.cuda.permute.permuted_on_device`), would write out of bounds).  The
+    caller's ``perm`` is not modified."""
     from ..cpu.threads import parallel_call
 
     n = indptr.size - 1
     perm = np.asarray(perm)
     if perm.shape != (n,) or perm.dtype.kind not in "iu":
         raise ValueError(f"perm must be a permutation of 0..{n - 1}")
-    inverse, new_indptr, valid = parallel_call(_row_maps, indptr, perm.astype(np.int64, copy=False))
+    perm = perm.astype(np.int64, copy=False)
+    inverse, new_indptr, valid = parallel_call(_row_maps, indptr, perm)
     if not valid:
         raise ValueError(f"perm must be a permutation of 0..{n - 1}")
-    return inverse, new_indptr
+    return perm, inverse, new_indptr
 
 
 @njit(parallel=True, cache=True)
