@@ -106,6 +106,14 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: at 17.0 (wiki-vote directed), 0.88-0.97x at 21.1 (ca-AstroPh); on longer rows 0.78-1.04x,
 #: slower in 22 of 24 cases.
 SINGLE_MAX_MEAN_ROW = 18
+#: HP-SpMM's filled launch takes its blocks in a scattered order where row ends spread this
+#: unevenly along the nonzeros or more (:func:`scatter_blocks`).  Measured (H200, float32 sum,
+#: N = 64..256, kernel time; BENCHMARKS.md "HP-SpMM's block order on graphs numbered by
+#: degree"): rows by degree of amazon-photo, tolokers, fb100 and ca-AstroPh (spreads of
+#: 0.43-0.75) ran 1.04-1.39x faster scattered; the same with a quarter to a half of the rows
+#: shuffled back (0.36-0.64) 1.01-1.15x; at 0.12-0.25 0.99-1.10x; the shared graphs in their
+#: own order (0-0.25, B in L2) 0.98-1.05x.
+SCATTER_MIN_SPREAD = 0.3
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
 #: (WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
@@ -272,6 +280,32 @@ def single_launch(mean_row_nnz, span, empty_rows_per_group):
     filled kernel's atomics."""
     return (mean_row_nnz < SINGLE_MAX_MEAN_ROW and span <= MAX_SINGLE_LAUNCH_SPAN
             and empty_rows_per_group <= MAX_ZEROED_ROWS)
+
+
+def scatter_blocks(A, block_nnz, gathered_bytes):
+    """Whether HP-SpMM's filled launch takes its blocks' chunks of nonzeros in a scattered order
+    (:func:`coprime_stride`): where the ids sort rows by length (hubs first, as degree-ranked
+    dumps number them: :func:`numbasparse.preprocess.rows.row_end_spread` at SCATTER_MIN_SPREAD
+    or more, over runs of a wave of blocks or half of them), blocks in order run a phase of long
+    rows, bound by gathers and atomics, then one of short rows, bound by their row ends'
+    latency; scattered, every wave mixes both.  Only where the blocks fill more than a wave,
+    and where L2 holds the gathered operand
+    (``gathered_bytes``: one column tile of B), since beyond it the order's locality is what
+    keeps B rows in L2."""
+    wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
+    if blocks <= wave or gathered_bytes > device.memory_system()[0]:
+        return False  # (one wave: every block is resident at once anyway)
+    return pattern_fact(A, "row_end_spread", block_nnz, min(wave, blocks // 2)) >= SCATTER_MIN_SPREAD
+
+
+def coprime_stride(blocks):
+    """A stride coprime to ``blocks`` near ``blocks`` / golden ratio, so that block b taking chunk
+    ``b * stride % blocks`` is a bijection and consecutive blocks take chunks far apart (the
+    multiples of an irrational fraction fill an interval evenly)."""
+    stride = max(1, round(blocks * 0.6180339887))
+    while math.gcd(stride, blocks) != 1:
+        stride += 1
+    return stride
 
 
 def can_widen(lanes, vec, cf, n_cols, value_format):
@@ -628,7 +662,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
             finish_across_blocks(C, parts, received, row, row_start, row_end, block_start, block_nnz, j, acc)
 
     @cuda.jit(**options)  # (the simulator's jit takes no register cap)
-    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts):
+    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts, order_stride):
         lane = cuda.threadIdx.x % WARP
         g = lane // lanes
         glane = lane % lanes
@@ -642,10 +676,13 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         gathered = cuda.local.array(gathered_size, value_type)  # B columns of depth entries
         nnz = indices.shape[0]
         bg = (cuda.threadIdx.x // WARP) * groups + g  # the group's index in its block
-        group_id = cuda.blockIdx.x * block_groups + bg
+        # the block's chunk of nonzeros: with order_stride > 1 (coprime to the grid, filled
+        # launch only) the blocks resident at once take chunks spread over the whole matrix
+        work_block = cuda.blockIdx.x if single else (numba.int64(cuda.blockIdx.x) * order_stride) % cuda.gridDim.x
+        group_id = work_block * block_groups + bg
         seg_start = group_id * nnz_per_group
         block_nnz = block_groups * nnz_per_group
-        block_start = cuda.blockIdx.x * block_nnz
+        block_start = work_block * block_nnz
         block_end = min(block_start + block_nnz, nnz)
         slot = bg * tile + glane * width  # this lane's part of the group's partial row
         j = cuda.blockIdx.y * tile + glane * vec
@@ -744,7 +781,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
 # SpMM plan and launch ------------------------------------------------------------------------
 
 HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows single fill_rows unused_scratch depth "
-                                           "layout")
+                                           "layout order_stride")
 
 
 def pattern_fact(A, name, *args):
@@ -783,9 +820,9 @@ def spmm_layout(A, n_cols, itemsize, B, *, stored=(), lanes=None):
     return lanes, vec, cf, gather_depth(A.nnz, pattern_fact(A, "nonempty_rows"), vec * cf, itemsize, lanes)
 
 
-def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False):
-    """The launch plan of HP-SpMM for A (the layout, DTP and single-launch rules, or the given
-    overrides)."""
+def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False, scattered=None):
+    """The launch plan of HP-SpMM for A (the layout, DTP, single-launch and block-order rules,
+    or the given overrides)."""
     fmt = kernel_format(A.dtype)
     out_fmt = fmt if C.dtype == np.uint16 else kernel_format(C.dtype)  # float32 C of 16-bit operands: "<f4"
     stored = (C,) if is_half_format(out_fmt) else ()  # a 16-bit C is written by vector stores
@@ -806,10 +843,16 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
         if single is False:
             raise ValueError(f"HP-SpMM on {A.dtype} runs as a single launch only (single=False given)")
         single = True
-    if single is None:
+    if scattered and single:
+        raise ValueError("HP-SpMM's scattered block order needs the filled launch")
+    if single is None and not scattered:
         single = single_launch(mean_row(A.nnz, pattern_fact(A, "nonempty_rows")),
                                pattern_fact(A, "crossing_span", block_groups * nnz_per_group),
                                pattern_fact(A, "empty_rows_per_group", nnz_per_group))
+    if scattered is None:
+        scattered = not single and scatter_blocks(A, block_groups * nnz_per_group,
+                                                  A.shape[1] * lanes * vec * cf * B.dtype.itemsize)
+    single = bool(single) and not scattered
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single),
                             None if out_fmt == fmt else out_fmt, accumulate)
     fill_rows = None
@@ -818,7 +861,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     # the filled kernel takes (and never reads) the single launch's scratch argument
     unused = None if single else cuda.device_array(1, np.uint64)
     return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group), bool(single), fill_rows,
-                  unused, depth, (lanes, vec, cf))
+                  unused, depth, (lanes, vec, cf), coprime_stride(grid[0]) if scattered else 1)
 
 
 def _scratch(A, key, plan, n, dtype, stream):
@@ -838,7 +881,7 @@ def _scratch(A, key, plan, n, dtype, stream):
 
 
 def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout=None, depth=None, single=None,
-            accumulate=False, values=None):
+            accumulate=False, values=None, scattered=None):
     """Launch HP-SpMM on a device :class:`CSR` A and device arrays B, C.  In its single launch
     (:func:`single_launch`, graphs of short rows) the kernel alone writes all of C; otherwise C
     is filled with the reduction's identity first (sum and mean: a memset; max and min: only the
@@ -846,7 +889,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     pattern, N, dtype and alignment of B and kept in ``A.cache``.
 
     Overrides of the rules, for tools and tests: ``nnz_per_group`` (DTP), ``lanes`` (group
-    size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode).
+    size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode),
+    ``scattered`` (block order, :func:`scatter_blocks`).
 
     ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
     fill, every row added atomically): how a product split by columns adds its parts.
@@ -867,7 +911,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
             fill_identity(C, reductions.SUM, stream)
         return
     key = ("spmm_hp", code, n, A.dtype.name, C.dtype.str, launch.alignment(B), launch.alignment(C), nnz_per_group,
-           lanes, layout, depth, single, accumulate)
+           lanes, layout, depth, single, accumulate, scattered)
     if values is not None:
         if values.shape != A.data.shape or values.dtype != A.data.dtype:
             raise ValueError(f"values must be {A.data.shape} of {A.data.dtype}, got {values.shape} of {values.dtype}")
@@ -875,7 +919,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     else:
         bound_key, variable, values = key, (4, 5), A.data
     plan = A.cache.get_or_build("plans", key, lambda: _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout,
-                                                                 depth, single, accumulate))
+                                                                 depth, single, accumulate, scattered))
     if plan.single:
         handle, parts = _scratch(A, key, plan, n, A.dtype, stream)
         bound_key = bound_key + (handle,)  # the bound launch holds this stream's scratch
@@ -886,7 +930,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
                 fill_identity(C, code, stream)
             elif plan.fill_rows is not None:  # max, min: the rows the block merge cannot store alone
                 fill_identity(C, code, stream, rows=plan.fill_rows, A=A, key=key + ("fill",))
-    args = (A.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts)
+    args = (A.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts, plan.order_stride)
     launch.run_bound(A.cache, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, variable)
 
 

@@ -54,6 +54,25 @@ def empty_rows_per_group(indptr, nnz_per_group):
     return int(np.bincount(owner).max()) if owner.size else 0
 
 
+def row_end_spread(indptr, block_nnz, window):
+    """How unevenly row ends fall along the nonzeros: the rows ending in each block of
+    ``block_nnz`` nonzeros, averaged over runs of ``window`` consecutive blocks (the blocks a
+    GPU runs at once), as the mean absolute deviation of those averages from the overall mean,
+    relative to it.  About 0 where long and short rows are mixed along the ids; 0.5-0.8 where
+    the ids sort rows by length (hubs first); 0 for fewer than two runs."""
+    indptr = np.asarray(indptr, np.int64)
+    nnz = int(indptr[-1])
+    blocks = _cdiv(nnz, block_nnz)
+    runs = blocks // window if window > 0 else 0
+    if runs < 2:
+        return 0.0
+    ends = indptr[1:][indptr[1:] > indptr[:-1]] - 1  # the last entry of each non-empty row
+    per_block = np.bincount(ends // block_nnz, minlength=blocks).astype(np.float64)
+    means = per_block[:runs * window].reshape(runs, window).mean(axis=1)
+    overall = per_block.mean()
+    return float(np.abs(means - overall).mean() / overall)
+
+
 def longest_empty_run(indptr):
     """The most consecutive empty rows (0 for a matrix with none)."""
     empty = np.diff(np.asarray(indptr, np.int64)) == 0

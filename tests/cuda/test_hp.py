@@ -336,6 +336,60 @@ def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, dty
     assert not parts.copy_to_host().any()
 
 
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+def test_scattered_block_order_gives_the_same_product(reduce):
+    """Blocks taking their chunks in a scattered order (the filled launch): rows split across
+    groups, blocks and merges come out as in order, empty rows too."""
+    rng = np.random.default_rng()
+    lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5, 9, 40, 0, 1]  # blocks of 16 groups x 2 entries
+    dense = np.zeros((len(lengths), 140))
+    for i, n in enumerate(lengths):
+        dense[i, rng.choice(140, n, replace=False)] = rng.standard_normal(n)
+    A = sp.csr_matrix(dense)
+    B = random_dense(rng, (140, 32), np.float32)
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    C = cuda.to_device(np.full((len(lengths), 32), np.nan, np.float32))
+    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, scattered=True)
+    (plan,) = (v for v in dev.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))
+    assert plan.order_stride > 1 and not plan.single
+    assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+
+
+def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
+    for blocks in (1, 2, 3, 10, 64, 97, 1861, 4096):
+        stride = hp.coprime_stride(blocks)
+        order = np.arange(blocks) * stride % blocks
+        assert sorted(order) == list(range(blocks))
+        if blocks >= 10:
+            assert blocks / 4 < abs(int(order[1]) - int(order[0])) < 3 * blocks / 4
+
+
+def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_fits_in_l2(monkeypatch):
+    """The filled launch of a graph whose ids put its long rows first takes a scattered order;
+    the same rows shuffled, a single-launch graph, a B past L2 and one wave of blocks do not."""
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 4)
+    monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
+    rng = np.random.default_rng(0)
+    lengths = np.concatenate([np.full(40, 60), np.full(600, 4)])  # hubs first
+    def matrix(order):
+        rows = np.repeat(np.arange(lengths.size), lengths[order])
+        cols = rng.integers(0, lengths.size, rows.size)
+        return sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)), shape=(lengths.size,) * 2)
+    def plan(A, n=32, single=False):
+        dev = CSR.from_scipy(A, dtype=np.float32)
+        B, C = cuda.device_array((A.shape[1], n), np.float32), cuda.device_array((A.shape[0], n), np.float32)
+        return hp._spmm_plan(dev, 0, n, B, C, 4, None, None, None, single)
+    sorted_rows, shuffled = matrix(np.arange(lengths.size)), matrix(rng.permutation(lengths.size))
+    assert plan(sorted_rows).order_stride > 1
+    assert plan(shuffled).order_stride == 1
+    assert plan(sorted_rows, single=None if hp.mean_row(sorted_rows.nnz, lengths.size) < hp.SINGLE_MAX_MEAN_ROW
+                else True).order_stride == 1
+    monkeypatch.setattr(device, "memory_system", lambda: (64 << 10, 3.35e12))
+    assert plan(sorted_rows).order_stride == 1  # one tile of B: 640 rows x 128 bytes, past L2
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
+    assert plan(sorted_rows).order_stride == 1
+
+
 def test_single_launch_rule_takes_short_rows_short_spans_and_few_empty_rows_per_group():
     short, span = hp.SINGLE_MAX_MEAN_ROW - 1, hp.MAX_SINGLE_LAUNCH_SPAN
     assert hp.single_launch(short, span, hp.MAX_ZEROED_ROWS)

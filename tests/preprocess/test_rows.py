@@ -73,3 +73,14 @@ def test_median_column_distance_is_small_on_a_band_and_large_on_random_columns()
         distance = rows.median_column_distance(A.indptr, positions, A.indices[positions])
         assert low <= distance <= high
     assert rows.median_column_distance(band.indptr, [], []) == 0.0
+
+
+def test_row_end_spread_is_near_zero_for_mixed_rows_and_large_for_rows_by_length():
+    rng = np.random.default_rng(0)
+    lengths = np.concatenate([np.full(800, 64), np.full(25600, 2)])  # hubs, then short rows: 1600 blocks
+    by_length = np.concatenate(([0], np.cumsum(lengths)))
+    mixed = np.concatenate(([0], np.cumsum(rng.permutation(lengths))))
+    assert rows.row_end_spread(by_length, 64, 64) > 0.8
+    assert rows.row_end_spread(mixed, 64, 64) < 0.1
+    assert rows.row_end_spread(by_length, 64, 1600) == 0.0  # fewer than two runs of blocks
+    assert rows.row_end_spread(np.array([0, 0, 0]), 64, 1) == 0.0  # no entries
