@@ -8,7 +8,8 @@ format, no COO row array is stored: the row of each segment's first nonzero is f
 the host (:func:`numbasparse.preprocess.rows.segment_rows`) and a warp walks ``indptr`` from
 there as its nonzeros cross row ends.
 
-This module holds the family's launch rules (lane layout, gather depth, DTP, single launch),
+This module holds the family's launch rules (lane layout, gather depth, DTP, single launch,
+block order),
 its plans (kept in the matrix's cache), the SpMM kernel built from named device-function
 parts (accumulate, store, row walk, cross-block look-back) and the SDDMM kernel.  Measurements
 behind the rules: BENCHMARKS.md, "HP-SpMM and HP-SDDMM".
@@ -289,11 +290,12 @@ def scatter_blocks(A, block_nnz, gathered_bytes):
     or more, over runs of a wave of blocks or half of them), blocks in order run a phase of long
     rows, bound by gathers and atomics, then one of short rows, bound by their row ends'
     latency; scattered, every wave mixes both.  Only where the blocks fill more than a wave,
-    and where L2 holds the gathered operand
-    (``gathered_bytes``: one column tile of B), since beyond it the order's locality is what
-    keeps B rows in L2."""
+    and where the gathered operand (``gathered_bytes``: one column tile of B), which scattered
+    blocks in flight read all over, takes at most WINDOW_L2_SHARE of L2: past it the order's
+    own locality is what keeps B rows in L2 (measured: a degree-ranked graph whose tile took
+    98% of L2 ran 2.5% slower scattered)."""
     wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
-    if blocks <= wave or gathered_bytes > device.memory_system()[0]:
+    if blocks <= wave or gathered_bytes > WINDOW_L2_SHARE * device.memory_system()[0]:
         return False  # (one wave: every block is resident at once anyway)
     return pattern_fact(A, "row_end_spread", block_nnz, min(wave, blocks // 2)) >= SCATTER_MIN_SPREAD
 
@@ -610,6 +612,10 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     single launch, leaves it for (4) the block merge: after a barrier the group holding a row's
     first part in the block combines the partials of the groups after it (one atomic per
     block, not per group).
+
+    Block b's groups are those of chunk ``b * order_stride % gridDim.x`` of the nonzeros: in
+    order for a stride of 1, scattered for a stride coprime to the grid (:func:`scatter_blocks`;
+    the filled launch only, since the single launch's look-back waits on lower chunks).
 
     ``out_dtype``: C's value format where it differs from A's and B's (float32 results of
     16-bit operands); 16-bit values are read and computed in float32 either way.

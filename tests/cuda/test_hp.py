@@ -364,9 +364,10 @@ def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
             assert blocks / 4 < abs(int(order[1]) - int(order[0])) < 3 * blocks / 4
 
 
-def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_fits_in_l2(monkeypatch):
+def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_takes_little_of_l2(monkeypatch):
     """The filled launch of a graph whose ids put its long rows first takes a scattered order;
-    the same rows shuffled, a single-launch graph, a B past L2 and one wave of blocks do not."""
+    the same rows shuffled, a single-launch graph, a tile of B past a third of L2 and one wave
+    of blocks do not."""
     monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 4)
     monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
     rng = np.random.default_rng(0)
@@ -384,8 +385,8 @@ def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_fits_in_l2(monkeyp
     assert plan(shuffled).order_stride == 1
     assert plan(sorted_rows, single=None if hp.mean_row(sorted_rows.nnz, lengths.size) < hp.SINGLE_MAX_MEAN_ROW
                 else True).order_stride == 1
-    monkeypatch.setattr(device, "memory_system", lambda: (64 << 10, 3.35e12))
-    assert plan(sorted_rows).order_stride == 1  # one tile of B: 640 rows x 128 bytes, past L2
+    monkeypatch.setattr(device, "memory_system", lambda: (200 << 10, 3.35e12))
+    assert plan(sorted_rows).order_stride == 1  # one tile of B, 640 rows x 128 bytes: past a third of L2
     monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
     assert plan(sorted_rows).order_stride == 1
 
