@@ -6,7 +6,9 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
   is the fastest of a set that holds auto's, so it is never one that timed slower than auto's;
 - HP-SpMM around its rules: DTP's nonzeros per group halved and doubled, the other gather
   depth (not for lanes of 8 values, which would spill), the other launch mode (a 16-bit C allows
-  only the single launch), and where whole-warp groups cover N in several column tiles, tiles of
+  only the single launch), the filled launch with the other block order (scattered where the
+  rule keeps blocks in order or runs the single launch, in order where it scatters:
+  :func:`numbasparse.cuda.hp.scatter_blocks`), and where whole-warp groups cover N in several column tiles, tiles of
   twice the columns (or, where the rule took those, :func:`numbasparse.cuda.hp.wide_tiles`, the
   narrow ones); HP-SDDMM: lane
   groups per nonzero halved and doubled (each lane loops over K) and DTP halved and doubled;
@@ -156,7 +158,7 @@ def cache_path():
 
 #: Part of every cache key: raise it when the schedule space, a family's parameters or the way a
 #: choice is made change, so that choices made otherwise are timed again.
-SPACE_VERSION = 8
+SPACE_VERSION = 9
 
 
 def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", families=None):
@@ -166,7 +168,7 @@ def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", fa
 
 
 #: The parameters each family's launcher takes (a stored choice with others is not used).
-PARAMETERS = {("spmm", "hp"): {"nnz_per_group", "depth", "single", "layout"},
+PARAMETERS = {("spmm", "hp"): {"nnz_per_group", "depth", "single", "layout", "scattered"},
               ("sddmm", "hp"): {"group", "nnz_per_warp"}, ("spmm", "slab"): set(), ("spmm", "hc"): {"mode"}}
 
 
@@ -297,6 +299,8 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             if rule != "hp":
                 ranked.append(Candidate.of("hp"))
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
+            if not is_half(dtype):  # the filled launch's other block order (a 16-bit C: single launch only)
+                ranked.append(Candidate.of("hp", single=False, scattered=not hp_scatters(A, n_cols, reduce, operands)))
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
             # half the columns, whichever the rule (hp.wide_tiles) did not take
             if lanes == hp.WARP and cf == 2:  # (whole-warp groups take two vectors only as wide tiles)
@@ -352,6 +356,14 @@ def hp_rule(A, op, n_cols, dtype, reduce, operands):
         return plan.nnz_per_group, plan.depth, plan.single, plan.layout
     X, Y, _ = operands
     return hp.sddmm_rules(A, n_cols, X, Y)
+
+
+def hp_scatters(A, n_cols, reduce, operands):
+    """Whether HP-SpMM's plan for the call takes its blocks in a scattered order."""
+    from ..cuda import hp
+
+    plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, *operands, None, None, None, None, None)
+    return plan.order_stride > 1
 
 
 def resolved_hp(candidate, A, n_cols, reduce, rule, operands):
