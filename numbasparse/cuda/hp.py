@@ -110,10 +110,11 @@ SINGLE_MAX_MEAN_ROW = 18
 #: HP-SpMM's filled launch takes its blocks in a scattered order where row ends spread this
 #: unevenly along the nonzeros or more (:func:`scatter_blocks`).  Measured (H200, float32 sum,
 #: N = 64..256, kernel time; BENCHMARKS.md "HP-SpMM's block order on graphs numbered by
-#: degree"): rows by degree of amazon-photo, tolokers, fb100 and ca-AstroPh (spreads of
-#: 0.43-0.75) ran 1.04-1.39x faster scattered; the same with a quarter to a half of the rows
-#: shuffled back (0.36-0.64) 1.01-1.15x; at 0.12-0.25 0.99-1.10x; the shared graphs in their
-#: own order (0-0.25, B in L2) 0.98-1.05x.
+#: degree"): the rows by degree of amazon-photo, tolokers, fb100 and ca-AstroPh (spreads of
+#: 0.43-0.75) ran 1.04-1.39x faster scattered than in order; with a quarter to a half of their
+#: positions shuffled back (0.36-0.64) 1.01-1.15x, at 0.12-0.25 0.99-1.10x; the other shared
+#: graphs in their own order with B in L2 (0-0.79, those above 0.3 of short rows, which keep the
+#: single launch) 0.94-1.12x.
 SCATTER_MIN_SPREAD = 0.3
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane

@@ -58,7 +58,7 @@ def row_end_spread(indptr, block_nnz, window):
     """How unevenly row ends fall along the nonzeros: the rows ending in each block of
     ``block_nnz`` nonzeros, averaged over runs of ``window`` consecutive blocks (the blocks a
     GPU runs at once), as the mean absolute deviation of those averages from the overall mean,
-    relative to it.  About 0 where long and short rows are mixed along the ids; 0.5-0.8 where
+    relative to it.  About 0 where long and short rows are mixed along the ids; 0.4-0.8 where
     the ids sort rows by length (hubs first); 0 for fewer than two runs."""
     indptr = np.asarray(indptr, np.int64)
     nnz = int(indptr[-1])
