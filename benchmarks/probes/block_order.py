@@ -7,7 +7,8 @@ kernel time by CUPTI beside the slab kernel and cuSPARSE, each result checked ag
 
 A graph of FOLDER runs in its own order and, per ``--copies``, with its rows by decreasing
 length (``deg``) or that order with N% of its positions shuffled among themselves (``mixN``),
-B unchanged.  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree.
+B unchanged.  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree
+(by decreasing row length, for the columns too: the two differ on directed graphs).
 One JSON line per case: the kernel times (µs), the plan's launch mode, DTP and blocks, and
 ``preprocess.rows.row_end_spread`` over the rule's runs of blocks.
 """
@@ -88,11 +89,12 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
                 if not err < 1e-5:
                     bad[key] = err
             variants["cusparse"] = lambda: torch.sparse.mm(T, Bt)  # (timed without the copy)
-            us = {key: time_kernels(fn, repeat=30) * 1e3 for key, fn in variants.items()}
+            us = {key: time_kernels(fn, repeat=30) for key, fn in variants.items()}
+            us = {key: None if ms is None else ms * 1e3 for key, ms in us.items()}  # (None: no CUPTI events)
             blocks = plan.grid[0]
             spread = row_prep.row_end_spread(A.indptr, block_nnz, min(hp.full_wave(), blocks // 2))
             print(json.dumps(dict(graph=name, copy=label, n=n, single=plan.single, scattered=plan.order_stride > 1,
                                   nnz_per_group=plan.nnz_per_group, blocks=blocks, spread=spread, us=us, bad=bad)),
                   flush=True)
-            print(f"{name} {label} N={n} spread={spread:.2f} " + " ".join(f"{k}={v:.1f}" for k, v in us.items())
+            print(f"{name} {label} N={n} spread={spread:.2f} " + " ".join(f"{k}={v:.1f}" for k, v in us.items() if v is not None)
                   + (f" BAD {bad}" if bad else ""), file=sys.stderr, flush=True)

@@ -111,10 +111,10 @@ SINGLE_MAX_MEAN_ROW = 18
 #: unevenly along the nonzeros or more (:func:`scatter_blocks`).  Measured (H200, float32 sum,
 #: N = 64..256, kernel time; BENCHMARKS.md "HP-SpMM's block order on graphs numbered by
 #: degree"): the rows by degree of amazon-photo, tolokers, fb100 and ca-AstroPh (spreads of
-#: 0.43-0.75) ran 1.04-1.39x faster scattered than in order; with a quarter to a half of their
-#: positions shuffled back (0.36-0.64) 1.01-1.15x, at 0.12-0.25 0.99-1.10x; the other shared
-#: graphs in their own order with B in L2 (0-0.79, those above 0.3 of short rows, which keep the
-#: single launch) 0.94-1.12x.
+#: 0.65-1.07) ran 1.04-1.39x faster scattered than in order; with a quarter or a half of their
+#: positions shuffled back (0.31-0.74) 1.00-1.15x, three quarters (0.15-0.25) 1.00-1.10x; the
+#: other shared graphs in their own order with B in L2 (0-0.86, those above 0.3 of short rows,
+#: which keep the single launch) 0.94-1.12x.
 SCATTER_MIN_SPREAD = 0.3
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
@@ -304,7 +304,8 @@ def scatter_blocks(A, block_nnz, gathered_bytes):
 def coprime_stride(blocks):
     """A stride coprime to ``blocks`` near ``blocks`` / golden ratio, so that block b taking chunk
     ``b * stride % blocks`` is a bijection and consecutive blocks take chunks far apart (the
-    multiples of an irrational fraction fill an interval evenly)."""
+    multiples of an irrational fraction fill an interval evenly).  Grids of 1 or 2 blocks get 1:
+    in order."""
     stride = max(1, round(blocks * 0.6180339887))
     while math.gcd(stride, blocks) != 1:
         stride += 1

@@ -57,8 +57,8 @@ def empty_rows_per_group(indptr, nnz_per_group):
 def row_end_spread(indptr, block_nnz, window):
     """How unevenly row ends fall along the nonzeros: the rows ending in each block of
     ``block_nnz`` nonzeros, averaged over runs of ``window`` consecutive blocks (the blocks a
-    GPU runs at once), as the mean absolute deviation of those averages from the overall mean,
-    relative to it.  About 0 where long and short rows are mixed along the ids; 0.4-0.8 where
+    GPU runs at once; the last run may be shorter), as the mean absolute deviation of those
+    averages from the overall mean, each run weighted by its blocks, relative to that mean.  About 0 where long and short rows are mixed along the ids; 0.6-1.1 where
     the ids sort rows by length (hubs first); 0 for fewer than two runs."""
     indptr = np.asarray(indptr, np.int64)
     nnz = int(indptr[-1])
@@ -68,9 +68,11 @@ def row_end_spread(indptr, block_nnz, window):
         return 0.0
     ends = indptr[1:][indptr[1:] > indptr[:-1]] - 1  # the last entry of each non-empty row
     per_block = np.bincount(ends // block_nnz, minlength=blocks).astype(np.float64)
-    means = per_block[:runs * window].reshape(runs, window).mean(axis=1)
+    starts = np.arange(0, blocks, window)
+    sizes = np.diff(np.append(starts, blocks))  # (the last run may be partial: weighted by its blocks)
+    means = np.add.reduceat(per_block, starts) / sizes
     overall = per_block.mean()
-    return float(np.abs(means - overall).mean() / overall)
+    return float(np.average(np.abs(means - overall), weights=sizes) / overall)
 
 
 def longest_empty_run(indptr):

@@ -287,7 +287,8 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
         if rule in families:
             ranked.append(Candidate.of(rule))
         if "hp" in families:
-            hp_params = hp_rule(A, op, n_cols, dtype, reduce, operands)
+            plan = _hp_spmm_plan(A, n_cols, reduce, operands)
+            hp_params = _spmm_rule(plan)
             npg, depth, single, (lanes, vec, cf) = hp_params
             rule_hp = (npg, depth, single)
             npgs = sorted({npg, max(4, npg // 2), 2 * npg})
@@ -300,7 +301,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
                 ranked.append(Candidate.of("hp"))
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
             if not is_half(dtype):  # the filled launch's other block order (a 16-bit C: single launch only)
-                ranked.append(Candidate.of("hp", single=False, scattered=not hp_scatters(A, n_cols, reduce, operands)))
+                ranked.append(Candidate.of("hp", single=False, scattered=not plan.order_stride > 1))
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
             # half the columns, whichever the rule (hp.wide_tiles) did not take
             if lanes == hp.WARP and cf == 2:  # (whole-warp groups take two vectors only as wide tiles)
@@ -352,18 +353,19 @@ def hp_rule(A, op, n_cols, dtype, reduce, operands):
     from ..cuda import hp
 
     if op == "spmm":
-        plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, *operands, None, None, None, None, None)
-        return plan.nnz_per_group, plan.depth, plan.single, plan.layout
+        return _spmm_rule(_hp_spmm_plan(A, n_cols, reduce, operands))
     X, Y, _ = operands
     return hp.sddmm_rules(A, n_cols, X, Y)
 
 
-def hp_scatters(A, n_cols, reduce, operands):
-    """Whether HP-SpMM's plan for the call takes its blocks in a scattered order."""
+def _hp_spmm_plan(A, n_cols, reduce, operands):
     from ..cuda import hp
 
-    plan = hp._spmm_plan(A, reductions.CODES[reduce], n_cols, *operands, None, None, None, None, None)
-    return plan.order_stride > 1
+    return hp._spmm_plan(A, reductions.CODES[reduce], n_cols, *operands, None, None, None, None, None)
+
+
+def _spmm_rule(plan):
+    return plan.nnz_per_group, plan.depth, plan.single, plan.layout
 
 
 def resolved_hp(candidate, A, n_cols, reduce, rule, operands):

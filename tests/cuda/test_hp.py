@@ -355,6 +355,31 @@ def test_scattered_block_order_gives_the_same_product(reduce):
     assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
 
 
+def test_the_stride_is_what_orders_the_blocks(monkeypatch):
+    """A stride of the grid's size sends every block to chunk 0 (the kernel reads its stride);
+    the single launch keeps its blocks in order whatever it is given (its look-back waits on
+    lower chunks), and refuses a scattered order when asked."""
+    from numbasparse.cuda.intrinsics import flagged_words
+
+    rng = np.random.default_rng()
+    A = sp.random(40, 30, density=0.3, format="csr", random_state=1, dtype=np.float32)
+    B = random_dense(rng, (30, 8), np.float32)
+    dev = CSR.from_scipy(A)
+    monkeypatch.setattr(hp, "coprime_stride", lambda blocks: blocks)  # not a bijection
+    C = cuda.to_device(np.zeros((40, 8), np.float32))
+    hp.spmm_hp(dev, cuda.to_device(B), C, "sum", nnz_per_group=2, lanes=8, scattered=True)
+    assert np.abs(C.copy_to_host() - spmm_reference(A, B, "sum")).max() > 1e-3
+    with pytest.raises(ValueError, match="filled launch"):
+        hp.spmm_hp(dev, cuda.to_device(B), C, "sum", single=True, scattered=True)
+    single = hp._spmm_plan(dev, 0, 8, cuda.to_device(B), C, 2, 8, None, None, True)
+    assert single.single and single.order_stride == 1
+    C = cuda.to_device(np.full((40, 8), np.nan, np.float32))
+    args = (dev.indptr, dev.indices, dev.data, single.group_rows, cuda.to_device(B), C, single.nnz_per_group,
+            cuda.to_device(np.zeros(flagged_words(2 * single.grid[0] * 8, 4), np.uint64)), 7)  # a stride it ignores
+    launch.run(single.kernel, single.grid, hp.WARPS_PER_BLOCK * 32, 0, *args)
+    assert_close(C.copy_to_host(), spmm_reference(A, B, "sum"), np.float32)
+
+
 def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
     for blocks in (1, 2, 3, 10, 64, 97, 1861, 4096):
         stride = hp.coprime_stride(blocks)
@@ -383,8 +408,7 @@ def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_takes_little_of_l2
     sorted_rows, shuffled = matrix(np.arange(lengths.size)), matrix(rng.permutation(lengths.size))
     assert plan(sorted_rows).order_stride > 1
     assert plan(shuffled).order_stride == 1
-    assert plan(sorted_rows, single=None if hp.mean_row(sorted_rows.nnz, lengths.size) < hp.SINGLE_MAX_MEAN_ROW
-                else True).order_stride == 1
+    assert plan(sorted_rows, single=True).order_stride == 1  # the single launch keeps its blocks in order
     monkeypatch.setattr(device, "memory_system", lambda: (200 << 10, 3.35e12))
     assert plan(sorted_rows).order_stride == 1  # one tile of B, 640 rows x 128 bytes: past a third of L2
     monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
