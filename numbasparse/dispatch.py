@@ -35,8 +35,8 @@ spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs 
                                                                  graphs whatever the segments
                                                                  ("Column-slab SpMM",
                                                                  h100-2026-11-27/slab_balance.jsonl)
-spmm      ``hp`` elsewhere                                       balanced by nonzeros: heavy rows
-                                                                 never stall one warp ("HP-SpMM and
+spmm      ``hp`` elsewhere (its own launch rules: DTP, single    balanced by nonzeros: heavy rows
+          launch, column tile, block order; :mod:`.cuda.hp`)     never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
 sddmm     ``hp`` (CPU: ``cpu_rows``)                             ("HP-SpMM and HP-SDDMM")
 fused     ``sddmm_spmm``/``graph_attention`` in one kernel       10 graphs x K = F = 32..128 (H100),
