@@ -58,8 +58,9 @@ def row_end_spread(indptr, block_nnz, window):
     """How unevenly row ends fall along the nonzeros: the rows ending in each block of
     ``block_nnz`` nonzeros, averaged over runs of ``window`` consecutive blocks (the blocks a
     GPU runs at once; the last run may be shorter), as the mean absolute deviation of those
-    averages from the overall mean, each run weighted by its blocks, relative to that mean.  About 0 where long and short rows are mixed along the ids; 0.6-1.1 where
-    the ids sort rows by length (hubs first); 0 for fewer than two runs."""
+    averages from the overall mean, each run weighted by its blocks, relative to that mean.
+    About 0 where long and short rows are mixed along the ids; 0.6-1.1 where the ids sort rows
+    by length (hubs first); 0 for fewer than two full runs."""
     indptr = np.asarray(indptr, np.int64)
     nnz = int(indptr[-1])
     blocks = _cdiv(nnz, block_nnz)
