@@ -1,13 +1,15 @@
 """HP-SpMM on node orders that sort rows by length: which order costs (A's rows or its columns),
-and the filled launch's blocks in order against scattered (``hp.scatter_blocks``), float32 sum,
+and HP's blocks in order against scattered (``hp.scatter_blocks``) in either launch, sum,
 kernel time by CUPTI beside the slab kernel and cuSPARSE, each result checked against float64.
 
     python benchmarks/probes/block_order.py FOLDER --n 64,128,256 [--graphs a,b] [--copies deg,mix25] > OUT.jsonl
     python benchmarks/probes/block_order.py FOLDER --n 128 --orders > OUT.jsonl
+    python benchmarks/probes/block_order.py FOLDER --n 128 --dtype bfloat16 --copies deg > OUT.jsonl
 
 A graph of FOLDER runs in its own order and, per ``--copies``, with its rows by decreasing
-length (``deg``) or that order with N% of its positions shuffled among themselves (``mixN``),
-B unchanged.  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree
+length (``deg``), that order with N% of its positions shuffled among themselves (``mixN``) or
+its rows shuffled (``shuf``), B unchanged.  ``--dtype bfloat16``: 16-bit operands (the single
+launch only; cuSPARSE in bfloat16 too, errors checked to 1e-2).  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree
 (by decreasing row length, for the columns too: the two differ on directed graphs).
 One JSON line per case: the kernel times (µs), the plan's launch mode, DTP and blocks, and
 ``preprocess.rows.row_end_spread`` over the rule's runs of blocks.
@@ -20,8 +22,10 @@ import numpy as np
 import torch
 from numba import cuda
 
+import ml_dtypes
 from _variants import weighted_graphs
 from numbasparse import reductions
+from numbasparse.arrays import DeviceView
 from numbasparse.bench.timing import time_kernels
 from numbasparse.csr import CSR
 from numbasparse.cuda import hp, slab
@@ -35,7 +39,10 @@ parser.add_argument("--n", default="64,128,256")
 parser.add_argument("--graphs", default="")
 parser.add_argument("--copies", default="deg", help="comma list of deg, mixN (N%% of positions reshuffled)")
 parser.add_argument("--orders", action="store_true", help="rows or columns shuffled or by degree instead")
+parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
 args = parser.parse_args()
+half = args.dtype == "bfloat16"
+tolerance = 1e-2 if half else 1e-5
 widths = [int(x) for x in args.n.split(",")]
 wanted = set(filter(None, args.graphs.split(",")))
 
@@ -51,6 +58,9 @@ def copies(A):
             yield f"columns_{label}", A[:, perm], perm
         return
     for copy in filter(None, args.copies.split(",")):
+        if copy == "shuf":
+            yield "rows_shuf", A[np.random.default_rng(1).permutation(A.shape[0])], None
+            continue
         order = by_degree.copy()
         if copy.startswith("mix"):
             rng = np.random.default_rng(2)
@@ -65,35 +75,43 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
     for label, A, perm in copies(A0):
         A = A.tocsr()
         A.sort_indices()
-        dev = CSR.from_scipy(A, dtype=np.float32)
+        tdtype = torch.bfloat16 if half else torch.float32
+        if half:
+            A.data = torch.from_numpy(A.data).to(tdtype).float().numpy()  # the values bfloat16 holds
+        dev = CSR.from_scipy(A, dtype=ml_dtypes.bfloat16 if half else np.float32)
         T = torch.sparse_csr_tensor(*(torch.from_numpy(a).cuda() for a in (A.indptr, A.indices, A.data)), A.shape)
+        T = T.to(tdtype)
         for n in widths:
             B0 = torch.from_numpy(np.random.default_rng(3).standard_normal((A0.shape[1], n)).astype(np.float32)).cuda()
-            Bt = B0 if perm is None else B0[torch.from_numpy(perm).cuda()].contiguous()
-            B = cuda.as_cuda_array(Bt)
-            Ct = torch.empty(A.shape[0], n, device="cuda")
-            C = cuda.as_cuda_array(Ct)
+            Bt = (B0 if perm is None else B0[torch.from_numpy(perm).cuda()].contiguous()).to(tdtype)
+            B = DeviceView.of_torch(Bt)
+            Ct = torch.empty(A.shape[0], n, device="cuda", dtype=tdtype)
+            C = DeviceView.of_torch(Ct)
             expected = torch.from_numpy(A.astype(np.float64) @ Bt.double().cpu().numpy()).cuda()
             plan = hp._spmm_plan(dev, reductions.CODES["sum"], n, B, C, None, None, None, None, None)
             block_nnz = hp.WARPS_PER_BLOCK * (WARP_SIZE // plan.layout[0]) * plan.nnz_per_group
-            variants = {"rule": lambda: hp.spmm_hp(dev, B, C, "sum"),
-                        "in_order": lambda: hp.spmm_hp(dev, B, C, "sum", single=False, scattered=False),
-                        "scattered": lambda: hp.spmm_hp(dev, B, C, "sum", scattered=True),
-                        "slab": lambda: slab.spmm_slab(dev, B, C, "sum"),
-                        "cusparse": lambda: Ct.copy_(torch.sparse.mm(T, Bt))}
+            variants = {"rule": lambda: hp.spmm_hp(dev, B, C, "sum")}
+            for single in (True,) if half else (True, False):
+                for scattered in (False, True):
+                    variants[f"{'single' if single else 'filled'}_{'scattered' if scattered else 'in_order'}"] = (
+                        lambda single=single, scattered=scattered: hp.spmm_hp(dev, B, C, "sum", single=single,
+                                                                              scattered=scattered))
+            if not half:
+                variants["slab"] = lambda: slab.spmm_slab(dev, B, C, "sum")
+            variants["cusparse"] = lambda: Ct.copy_(torch.sparse.mm(T, Bt))
             bad = {}
             for key, fn in variants.items():
                 Ct.fill_(float("nan"))
                 fn()
                 err = float(torch.linalg.norm(Ct.double() - expected) / torch.linalg.norm(expected))
-                if not err < 1e-5:
+                if not err < tolerance:
                     bad[key] = err
             variants["cusparse"] = lambda: torch.sparse.mm(T, Bt)  # (timed without the copy)
             us = {key: time_kernels(fn, repeat=30) for key, fn in variants.items()}
             us = {key: None if ms is None else ms * 1e3 for key, ms in us.items()}  # (None: no CUPTI events)
             blocks = plan.grid[0]
             spread = row_prep.row_end_spread(A.indptr, block_nnz, min(hp.full_wave(), blocks // 2))
-            print(json.dumps(dict(graph=name, copy=label, n=n, single=plan.single, scattered=plan.order_stride > 1,
+            print(json.dumps(dict(graph=name, copy=label, n=n, dtype=args.dtype, single=plan.single, scattered=plan.order_stride > 1,
                                   nnz_per_group=plan.nnz_per_group, blocks=blocks, spread=spread, us=us, bad=bad)),
                   flush=True)
             print(f"{name} {label} N={n} spread={spread:.2f} " + " ".join(f"{k}={v:.1f}" for k, v in us.items() if v is not None)

@@ -33,11 +33,13 @@ def kernel_configs():
                         configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single={single} "
                                         f"{reduce} {value}/{index}",
                                         hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, single),
-                                        (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64)))
+                                        (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
+                                         numba.int64)))
         for lanes, vec, cf in ((32, 4, 1), (32, 4, 2), (16, 4, 1)):  # C += A B (numbasparse.distributed)
             configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} accumulate sum {value}/{index}",
                             hp.spmm_hp_kernel(reductions.SUM, lanes, vec, cf, value, index, 1, False, None, True),
-                            (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64)))
+                            (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
+                             numba.int64)))
         for reduce, code in reductions.CODES.items():
             for vec in (v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.VECTOR_BYTES):
                 depth = slab.gather_depth(vec, np.dtype(value).itemsize)
@@ -104,7 +106,8 @@ def kernel_configs():
             for lanes, vec, depth in ((8, 4, 1), (32, 4, 4), (32, 8, 4)):
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True),
-                                (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64)))
+                                (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
+                                 numba.int64)))
         for skips in (False, True):
             configs.append((f"sddmm_hp vec=8 group=4 skips_runs={skips} {fmt}",
                             hp.sddmm_hp_kernel(8, 4, fmt, skips),

@@ -484,30 +484,43 @@ def _atomic_flush(reduce_code, vec, cf, span, scale_of):
 
 
 def _lookback(reduce_code, vec, cf, span, value_bits, flush):
-    """``finish_across_blocks``: a row crossing blocks in the single launch, finished by the last
-    of its blocks with a decoupled look-back (as single-pass prefix scans do): each earlier block
-    publishes its part in ``parts``, every value with its ready flag in one 64-bit store
-    (:func:`intrinsics.flagged_parts`, no fence or counter needed); the last block waits for
-    those flags, combines the parts with its own, clears the flags for the next call and stores
-    the row.  It waits only on blocks of lower index, which the GPU starts first."""
+    """``finish_across_blocks``: a row crossing blocks in the single launch, finished by the
+    block of its chunks that starts last (the highest block index; in order, its last chunk's)
+    with a decoupled look-back (as single-pass prefix scans do): the row's other blocks publish
+    their parts in ``parts``, every value with its ready flag in one 64-bit store
+    (:func:`intrinsics.flagged_parts`, no fence or counter needed); the finishing block waits
+    for those flags, combines the parts with its own, clears the flags for the next call and
+    stores the row.  It waits only on blocks of lower index, which the GPU starts first, so
+    any order of chunks over blocks is safe; ``order_inverse`` maps a chunk to its block (chunk
+    c runs in block ``c * order_inverse % gridDim.x``; 1: in order)."""
     publish, take, clear = flagged_parts(value_bits)
 
     @cuda.jit(device=True, inline="always")
-    def finish_across_blocks(C, parts, received, row, row_start, row_end, block_start, block_nnz, j, acc):
-        first = row_start // block_nnz  # the row's blocks are first..last
+    def finish_across_blocks(C, parts, received, row, row_start, row_end, chunk, block_nnz, order_inverse, j, acc):
+        first = row_start // block_nnz  # the row's chunks are first..last
         last = (row_end - 1) // block_nnz
         grid_x = cuda.gridDim.x
         n = C.shape[1]
-        if cuda.blockIdx.x < last:  # publish this block's part: row tail (side 0) or head (side 1)
-            side = 0 if row_start < block_start else 1
-            base = (side * grid_x + cuda.blockIdx.x) * n
+        finisher = last
+        if order_inverse != 1:  # scattered: the chunk whose block has the highest index
+            latest = numba.int64(-1)
+            for c in range(first, last + 1):
+                b = (numba.int64(c) * order_inverse) % grid_x
+                if b > latest:
+                    latest = b
+                    finisher = c
+        if chunk != finisher:  # publish this chunk's part: row tail (side 0) or head (side 1)
+            side = 0 if chunk > first else 1
+            base = (side * grid_x + chunk) * n
             for c in range(cf):
                 if j + c * span < n:
                     for v in range(vec):
                         publish(parts, base + j + c * span + v, acc[c * vec + v])
             return
-        for b in range(first, last):  # blocks of lower index only: they run before this one
-            base = (grid_x + b if b == first else b) * n  # the first block's part is its tail
+        for b in range(first, last + 1):  # chunks run by blocks of lower index: started before this one
+            if b == chunk:
+                continue
+            base = (grid_x + b if b == first else b) * n  # the first chunk's part is the row's head
             ready = False
             while not ready:  # all of this lane's values are loaded before any flag is tested
                 ready = True
@@ -616,16 +629,17 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     block, not per group).
 
     Block b's groups are those of chunk ``b * order_stride % gridDim.x`` of the nonzeros: in
-    order for a stride of 1, scattered for a stride coprime to the grid (:func:`scatter_blocks`;
-    the filled launch only, since the single launch's look-back waits on lower chunks).
+    order for a stride of 1, scattered for a stride coprime to the grid (:func:`scatter_blocks`);
+    ``order_inverse`` is the stride's inverse modulo the grid (chunk to block, for the
+    look-back).
 
     ``out_dtype``: C's value format where it differs from A's and B's (float32 results of
     16-bit operands); 16-bit values are read and computed in float32 either way.
 
     ``single``: the kernel writes every element of C itself, so a call is one GPU operation
     (no fill before it, which costs a host-bound call as much as a small graph's kernel):
-    every reduction merges in the block, a row crossing blocks is finished by the last of its
-    blocks (:func:`_lookback`), and a group zeroes the empty rows whose ``indptr`` lies in its
+    every reduction merges in the block, a row crossing blocks is finished by the one of its
+    blocks that starts last (:func:`_lookback`), and a group zeroes the empty rows whose ``indptr`` lies in its
     nonzeros (the rows it skips, those just before its first row, and, for the last group,
     the rows after the last entry).
 
@@ -660,17 +674,17 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     options = {"max_registers": MAX_REGISTERS} if capped and not config.ENABLE_CUDASIM else {}
 
     @cuda.jit(device=True, inline="always")
-    def finish_row(C, parts, received, row, row_start, row_end, lo, hi, block_start, block_nnz, j, acc):
+    def finish_row(C, parts, received, row, row_start, row_end, lo, hi, chunk, block_nnz, order_inverse, j, acc):
         """Store the row, whose entries in [lo, hi) are in ``acc``: directly if they are all of
         it, else atomically into the filled C, or across blocks in the single launch."""
         owned = row_start >= lo and row_end <= hi
         if owned or not single:
             flush(C, row, j, acc, row_end - row_start, owned)
         else:
-            finish_across_blocks(C, parts, received, row, row_start, row_end, block_start, block_nnz, j, acc)
+            finish_across_blocks(C, parts, received, row, row_start, row_end, chunk, block_nnz, order_inverse, j, acc)
 
     @cuda.jit(**options)  # (the simulator's jit takes no register cap)
-    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts, order_stride):
+    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts, order_stride, order_inverse):
         lane = cuda.threadIdx.x % WARP
         g = lane // lanes
         glane = lane % lanes
@@ -684,9 +698,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         gathered = cuda.local.array(gathered_size, value_type)  # B columns of depth entries
         nnz = indices.shape[0]
         bg = (cuda.threadIdx.x // WARP) * groups + g  # the group's index in its block
-        # the block's chunk of nonzeros: with order_stride > 1 (coprime to the grid, filled
-        # launch only) the blocks resident at once take chunks spread over the whole matrix
-        work_block = cuda.blockIdx.x if single else (numba.int64(cuda.blockIdx.x) * order_stride) % cuda.gridDim.x
+        # the block's chunk of nonzeros: with order_stride > 1 (coprime to the grid) the blocks
+        # resident at once take chunks spread over the whole matrix
+        work_block = (numba.int64(cuda.blockIdx.x) * order_stride) % cuda.gridDim.x
         group_id = work_block * block_groups + bg
         seg_start = group_id * nnz_per_group
         block_nnz = block_groups * nnz_per_group
@@ -764,7 +778,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
             syncblock()  # every partial is in shared memory
             h = bg + 1
             for task in range(2 if single else 1):  # this group's last row, then the block's first
-                if task == 1:  # (single launch) group 0 finishes the row begun in an earlier block
+                if task == 1:  # (single launch) group 0 finishes the row begun in an earlier chunk
                     gather = bg == 0 and partial_rows[0] >= 0
                     if gather:
                         row = partial_rows[0]
@@ -780,8 +794,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                                 acc[v] = combine(reduce_code, acc[v], partials[h * tile + glane * width + v])
                         h += 1
                     if active:
-                        finish_row(C, parts, received, row, row_start, row_end, block_start, block_end, block_start,
-                                   block_nnz, j, acc)
+                        finish_row(C, parts, received, row, row_start, row_end, block_start, block_end, work_block,
+                                   block_nnz, order_inverse, j, acc)
 
     return spmm_hp
 
@@ -789,7 +803,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
 # SpMM plan and launch ------------------------------------------------------------------------
 
 HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows single fill_rows unused_scratch depth "
-                                           "layout order_stride")
+                                           "layout order_stride order_inverse")
 
 
 def pattern_fact(A, name, *args):
@@ -851,16 +865,13 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
         if single is False:
             raise ValueError(f"HP-SpMM on {A.dtype} runs as a single launch only (single=False given)")
         single = True
-    if scattered and single:
-        raise ValueError("HP-SpMM's scattered block order needs the filled launch")
-    if single is None and not scattered:
+    if single is None:
         single = single_launch(mean_row(A.nnz, pattern_fact(A, "nonempty_rows")),
                                pattern_fact(A, "crossing_span", block_groups * nnz_per_group),
                                pattern_fact(A, "empty_rows_per_group", nnz_per_group))
     if scattered is None:
-        scattered = not single and scatter_blocks(A, block_groups * nnz_per_group,
-                                                  A.shape[1] * lanes * vec * cf * B.dtype.itemsize)
-    single = bool(single) and not scattered
+        scattered = scatter_blocks(A, block_groups * nnz_per_group, A.shape[1] * lanes * vec * cf * B.dtype.itemsize)
+    stride = coprime_stride(grid[0]) if scattered else 1
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single),
                             None if out_fmt == fmt else out_fmt, accumulate)
     fill_rows = None
@@ -869,7 +880,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     # the filled kernel takes (and never reads) the single launch's scratch argument
     unused = None if single else cuda.device_array(1, np.uint64)
     return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group), bool(single), fill_rows,
-                  unused, depth, (lanes, vec, cf), coprime_stride(grid[0]) if scattered else 1)
+                  unused, depth, (lanes, vec, cf), stride, pow(stride, -1, grid[0]) if stride > 1 else 1)
 
 
 def _scratch(A, key, plan, n, dtype, stream):
@@ -938,7 +949,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
                 fill_identity(C, code, stream)
             elif plan.fill_rows is not None:  # max, min: the rows the block merge cannot store alone
                 fill_identity(C, code, stream, rows=plan.fill_rows, A=A, key=key + ("fill",))
-    args = (A.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts, plan.order_stride)
+    args = (A.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts, plan.order_stride,
+            plan.order_inverse)
     launch.run_bound(A.cache, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, variable)
 
 

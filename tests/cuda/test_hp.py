@@ -336,10 +336,12 @@ def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, dty
     assert not parts.copy_to_host().any()
 
 
+@pytest.mark.parametrize("single", [False, True])
 @pytest.mark.parametrize("reduce", REDUCTIONS)
-def test_scattered_block_order_gives_the_same_product(reduce):
-    """Blocks taking their chunks in a scattered order (the filled launch): rows split across
-    groups, blocks and merges come out as in order, empty rows too."""
+def test_scattered_block_order_gives_the_same_product(reduce, single):
+    """Blocks taking their chunks in a scattered order (either launch): rows split across
+    groups, blocks and merges come out as in order, empty rows too; in the single launch a row
+    crossing blocks is finished by whichever of its blocks starts last."""
     rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5, 9, 40, 0, 1]  # blocks of 16 groups x 2 entries
     dense = np.zeros((len(lengths), 140))
@@ -349,35 +351,42 @@ def test_scattered_block_order_gives_the_same_product(reduce):
     B = random_dense(rng, (140, 32), np.float32)
     dev = CSR.from_scipy(A, dtype=np.float32)
     C = cuda.to_device(np.full((len(lengths), 32), np.nan, np.float32))
-    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, scattered=True)
+    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=single, scattered=True)
     (plan,) = (v for v in dev.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))
-    assert plan.order_stride > 1 and not plan.single
+    assert plan.order_stride > 1 and plan.single == single
+    assert plan.order_stride * plan.order_inverse % plan.grid[0] == 1
     assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+    if single:  # the look-back left its scratch clear for the next call
+        (parts,) = dev.cache.sections["scratch"].values()
+        assert not parts.copy_to_host().any()
 
 
-def test_the_stride_is_what_orders_the_blocks(monkeypatch):
-    """A stride of the grid's size sends every block to chunk 0 (the kernel reads its stride);
-    the single launch keeps its blocks in order whatever it is given (its look-back waits on
-    lower chunks), and refuses a scattered order when asked."""
+def test_the_stride_is_what_orders_the_blocks():
+    """The kernel takes its blocks' chunks from the stride it is given: a stride of the grid's
+    size sends every block to chunk 0 (a wrong product), while a coprime stride with its inverse
+    (the look-back's chunk-to-block map) gives the product in either launch."""
     from numbasparse.cuda.intrinsics import flagged_words
 
     rng = np.random.default_rng()
     A = sp.random(40, 30, density=0.3, format="csr", random_state=1, dtype=np.float32)
-    B = random_dense(rng, (30, 8), np.float32)
+    B = cuda.to_device(random_dense(rng, (30, 8), np.float32))
     dev = CSR.from_scipy(A)
-    monkeypatch.setattr(hp, "coprime_stride", lambda blocks: blocks)  # not a bijection
-    C = cuda.to_device(np.zeros((40, 8), np.float32))
-    hp.spmm_hp(dev, cuda.to_device(B), C, "sum", nnz_per_group=2, lanes=8, scattered=True)
-    assert np.abs(C.copy_to_host() - spmm_reference(A, B, "sum")).max() > 1e-3
-    with pytest.raises(ValueError, match="filled launch"):
-        hp.spmm_hp(dev, cuda.to_device(B), C, "sum", single=True, scattered=True)
-    single = hp._spmm_plan(dev, 0, 8, cuda.to_device(B), C, 2, 8, None, None, True)
-    assert single.single and single.order_stride == 1
-    C = cuda.to_device(np.full((40, 8), np.nan, np.float32))
-    args = (dev.indptr, dev.indices, dev.data, single.group_rows, cuda.to_device(B), C, single.nnz_per_group,
-            cuda.to_device(np.zeros(flagged_words(2 * single.grid[0] * 8, 4), np.uint64)), 7)  # a stride it ignores
-    launch.run(single.kernel, single.grid, hp.WARPS_PER_BLOCK * 32, 0, *args)
-    assert_close(C.copy_to_host(), spmm_reference(A, B, "sum"), np.float32)
+    expected = spmm_reference(A, B.copy_to_host(), "sum")
+    for single in (False, True):
+        plan = hp._spmm_plan(dev, 0, 8, B, cuda.device_array((40, 8), np.float32), 2, 8, None, None, single, False,
+                             False)
+        blocks = plan.grid[0]
+        stride = hp.coprime_stride(blocks)
+        assert plan.order_stride == 1 and stride > 1
+        for order, inverse, right in ((blocks, 1, False), (stride, pow(stride, -1, blocks), True)):
+            if single and not right:
+                continue  # (a wrong inverse could wait for ever)
+            C = cuda.to_device(np.zeros((40, 8), np.float32))  # (the filled launch adds to it)
+            parts = cuda.to_device(np.zeros(flagged_words(2 * blocks * 8, 4), np.uint64))
+            launch.run(plan.kernel, plan.grid, hp.WARPS_PER_BLOCK * 32, 0, dev.indptr, dev.indices, dev.data,
+                       plan.group_rows, B, C, plan.nnz_per_group, parts, order, inverse)
+            error = np.abs(C.copy_to_host() - expected).max()
+            assert error < 1e-4 if right else error > 1e-3
 
 
 def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
@@ -408,7 +417,7 @@ def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_takes_little_of_l2
     sorted_rows, shuffled = matrix(np.arange(lengths.size)), matrix(rng.permutation(lengths.size))
     assert plan(sorted_rows).order_stride > 1
     assert plan(shuffled).order_stride == 1
-    assert plan(sorted_rows, single=True).order_stride == 1  # the single launch keeps its blocks in order
+    assert plan(sorted_rows, single=True).order_stride > 1  # either launch
     monkeypatch.setattr(device, "memory_system", lambda: (200 << 10, 3.35e12))
     assert plan(sorted_rows).order_stride == 1  # one tile of B, 640 rows x 128 bytes: past a third of L2
     monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
