@@ -35,6 +35,13 @@ def kernel_configs():
                                         hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, single),
                                         (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
                                          numba.int64)))
+        for reduce, code in reductions.CODES.items():  # the single launch compiled for a scattered order
+            for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1), (8, 4, 1, 1)):
+                configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=True scattered "
+                                f"{reduce} {value}/{index}",
+                                hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, True, None, False, True),
+                                (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
+                                 numba.int64)))
         for lanes, vec, cf in ((32, 4, 1), (32, 4, 2), (16, 4, 1)):  # C += A B (numbasparse.distributed)
             configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} accumulate sum {value}/{index}",
                             hp.spmm_hp_kernel(reductions.SUM, lanes, vec, cf, value, index, 1, False, None, True),

@@ -116,6 +116,12 @@ SINGLE_MAX_MEAN_ROW = 18
 #: other shared graphs in their own order with B in L2 (0-0.86, those above 0.3 of short rows,
 #: which keep the single launch) 0.94-1.12x.
 SCATTER_MIN_SPREAD = 0.3
+#: ... in the single launch only where no row spans more than SCATTER_MAX_SPAN blocks after its
+#: first (:func:`scatter_blocks`).  Measured (H200, float32 sum, N = 64..256, kernel time): nell
+#: (spans of 35-71) ran 1.10-1.39x slower scattered in its own order, rows by degree or shuffled;
+#: spans of 1-24 (email-enron, musae-facebook, coauthor-cs, pubmed by degree; bfloat16
+#: amazon-photo, fb100, email-enron by degree) 0.99-1.26x faster.
+SCATTER_MAX_SPAN = 32
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
 #: (WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
@@ -284,8 +290,8 @@ def single_launch(mean_row_nnz, span, empty_rows_per_group):
             and empty_rows_per_group <= MAX_ZEROED_ROWS)
 
 
-def scatter_blocks(A, block_nnz, gathered_bytes):
-    """Whether HP-SpMM's filled launch takes its blocks' chunks of nonzeros in a scattered order
+def scatter_blocks(A, block_nnz, gathered_bytes, single=False):
+    """Whether HP-SpMM takes its blocks' chunks of nonzeros in a scattered order
     (:func:`coprime_stride`): where the ids sort rows by length (hubs first, as degree-ranked
     dumps number them: :func:`numbasparse.preprocess.rows.row_end_spread` at SCATTER_MIN_SPREAD
     or more, over runs of a wave of blocks or half of them), blocks in order run a phase of long
@@ -294,10 +300,15 @@ def scatter_blocks(A, block_nnz, gathered_bytes):
     and where the gathered operand (``gathered_bytes``: one column tile of B), which scattered
     blocks in flight read all over, takes at most WINDOW_L2_SHARE of L2: past it the order's
     own locality is what keeps B rows in L2 (measured: a degree-ranked graph whose tile took
-    98% of L2 ran 2.5% slower scattered)."""
+    98% of L2 ran 2.5% slower scattered).  In the ``single`` launch only where no row spans more
+    than SCATTER_MAX_SPAN blocks after its first: scattered, a row's finishing block is the one
+    of its blocks that starts last, near the end of the grid, and its look-back (one L2 round
+    trip per part) is no longer hidden behind other blocks' work."""
     wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
     if blocks <= wave or gathered_bytes > WINDOW_L2_SHARE * device.memory_system()[0]:
         return False  # (one wave: every block is resident at once anyway)
+    if single and pattern_fact(A, "crossing_span", block_nnz) > SCATTER_MAX_SPAN:
+        return False
     return pattern_fact(A, "row_end_spread", block_nnz, min(wave, blocks // 2)) >= SCATTER_MIN_SPREAD
 
 
@@ -483,7 +494,7 @@ def _atomic_flush(reduce_code, vec, cf, span, scale_of):
     return flush
 
 
-def _lookback(reduce_code, vec, cf, span, value_bits, flush):
+def _lookback(reduce_code, vec, cf, span, value_bits, flush, scattered):
     """``finish_across_blocks``: a row crossing blocks in the single launch, finished by the
     block of its chunks that starts last (the highest block index; in order, its last chunk's)
     with a decoupled look-back (as single-pass prefix scans do): the row's other blocks publish
@@ -491,8 +502,9 @@ def _lookback(reduce_code, vec, cf, span, value_bits, flush):
     (:func:`intrinsics.flagged_parts`, no fence or counter needed); the finishing block waits
     for those flags, combines the parts with its own, clears the flags for the next call and
     stores the row.  It waits only on blocks of lower index, which the GPU starts first, so
-    any order of chunks over blocks is safe; ``order_inverse`` maps a chunk to its block (chunk
-    c runs in block ``c * order_inverse % gridDim.x``; 1: in order)."""
+    any order of chunks over blocks is safe.  ``scattered``: the kernel is compiled for a
+    scattered order, in which ``order_inverse`` maps a chunk to its block (chunk c runs in block
+    ``c * order_inverse % gridDim.x``); in order the finishing block is the last chunk's."""
     publish, take, clear = flagged_parts(value_bits)
 
     @cuda.jit(device=True, inline="always")
@@ -502,13 +514,18 @@ def _lookback(reduce_code, vec, cf, span, value_bits, flush):
         grid_x = cuda.gridDim.x
         n = C.shape[1]
         finisher = last
-        if order_inverse != 1:  # scattered: the chunk whose block has the highest index
+        if scattered:  # the row's chunk whose block has the highest index
+            # chunk c + 1 runs in block b + order_inverse (mod the grid) if c runs in block b:
+            # stepped from this block (a modulo here costs ~20 registers)
+            b = numba.int64(cuda.blockIdx.x)
+            for _ in range(first, chunk):
+                b = b - order_inverse if b >= order_inverse else b - order_inverse + grid_x
             latest = numba.int64(-1)
             for c in range(first, last + 1):
-                b = (numba.int64(c) * order_inverse) % grid_x
                 if b > latest:
                     latest = b
                     finisher = c
+                b = b + order_inverse if b + order_inverse < grid_x else b + order_inverse - grid_x
         if chunk != finisher:  # publish this chunk's part: row tail (side 0) or head (side 1)
             side = 0 if chunk > first else 1
             base = (side * grid_x + chunk) * n
@@ -609,7 +626,7 @@ def _row_walk(width, init, merge, single, flush, zero_row):
 
 @launch.kernel_factory
 def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth, single=False, out_dtype=None,
-                   adds_to_c=False):
+                   adds_to_c=False, scattered=False):
     """Compile-once factory of the HP-SpMM kernel.
 
     Thread mapping: a warp is ``32 // lanes`` groups of ``lanes`` lanes; group g owns
@@ -631,7 +648,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     Block b's groups are those of chunk ``b * order_stride % gridDim.x`` of the nonzeros: in
     order for a stride of 1, scattered for a stride coprime to the grid (:func:`scatter_blocks`);
     ``order_inverse`` is the stride's inverse modulo the grid (chunk to block, for the
-    look-back).
+    look-back).  ``scattered`` (single launch only): compiled for a scattered order; the single
+    launch in order ignores both arguments (its look-back's search would cost registers).
 
     ``out_dtype``: C's value format where it differs from A's and B's (float32 results of
     16-bit operands); 16-bit values are read and computed in float32 either way.
@@ -666,7 +684,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     if adds_to_c:  # (a store anywhere else, a 16-bit C or the single launch's merges would not add)
         assert reduce_code == reductions.SUM and not single and not is_half_format(out_dtype or value_dtype)
         flush = _adding(flush)
-    finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush)
+    finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush, scattered)
     leave_partial, next_row = _row_walk(width, init, merge, single, flush, zero_row)
     # float32 sums over 8 columns per lane: capped for occupancy (MAX_REGISTERS); not in the
     # single launch, whose extra state would spill under the cap
@@ -700,7 +718,10 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         bg = (cuda.threadIdx.x // WARP) * groups + g  # the group's index in its block
         # the block's chunk of nonzeros: with order_stride > 1 (coprime to the grid) the blocks
         # resident at once take chunks spread over the whole matrix
-        work_block = (numba.int64(cuda.blockIdx.x) * order_stride) % cuda.gridDim.x
+        if single and not scattered:  # (no modulo: it costs the single launch registers)
+            work_block = numba.int64(cuda.blockIdx.x)
+        else:
+            work_block = (numba.int64(cuda.blockIdx.x) * order_stride) % cuda.gridDim.x
         group_id = work_block * block_groups + bg
         seg_start = group_id * nnz_per_group
         block_nnz = block_groups * nnz_per_group
@@ -870,10 +891,11 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
                                pattern_fact(A, "crossing_span", block_groups * nnz_per_group),
                                pattern_fact(A, "empty_rows_per_group", nnz_per_group))
     if scattered is None:
-        scattered = scatter_blocks(A, block_groups * nnz_per_group, A.shape[1] * lanes * vec * cf * B.dtype.itemsize)
+        scattered = scatter_blocks(A, block_groups * nnz_per_group, A.shape[1] * lanes * vec * cf * B.dtype.itemsize,
+                                   single)
     stride = coprime_stride(grid[0]) if scattered else 1
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single),
-                            None if out_fmt == fmt else out_fmt, accumulate)
+                            None if out_fmt == fmt else out_fmt, accumulate, bool(single) and stride > 1)
     fill_rows = None
     if not single and merges_in_block(code):
         fill_rows = pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
@@ -1061,7 +1083,7 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_run
 def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
-    single launch only), the wide tiles of :func:`wide_tiles` and, once per call with
+    single launch only) and the single launch in a scattered order, the wide tiles of :func:`wide_tiles` and, once per call with
     ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and float64) the
     accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
@@ -1073,6 +1095,8 @@ def precompile_variants(A, B, X, reduce):
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # a 16-bit C is written by the single launch only
             spmm_hp(A, B, C, reduce, depth=depth, single=single)
+        # the single launch compiled for a scattered order (groups of 4 entries: several blocks)
+        spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=True, nnz_per_group=4)
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):

@@ -6,8 +6,8 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
   is the fastest of a set that holds auto's, so it is never one that timed slower than auto's;
 - HP-SpMM around its rules: DTP's nonzeros per group halved and doubled, the other gather
   depth (not for lanes of 8 values, which would spill), the other launch mode (a 16-bit C allows
-  only the single launch), the filled launch with the other block order (scattered where the
-  rule keeps blocks in order or runs the single launch, in order where it scatters:
+  only the single launch), the rule's launch and the filled launch with the other block order
+  (scattered where the rule keeps blocks in order, in order where it scatters:
   :func:`numbasparse.cuda.hp.scatter_blocks`), and where whole-warp groups cover N in several column tiles, tiles of
   twice the columns (or, where the rule took those, :func:`numbasparse.cuda.hp.wide_tiles`, the
   narrow ones); HP-SDDMM: lane
@@ -300,8 +300,11 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             if rule != "hp":
                 ranked.append(Candidate.of("hp"))
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
+            other_order = not plan.order_stride > 1
+            if plan.single:  # the single launch's other block order (its look-back follows either)
+                ranked.append(Candidate.of("hp", single=True, scattered=other_order))
             if not is_half(dtype):  # the filled launch's other block order (a 16-bit C: single launch only)
-                ranked.append(Candidate.of("hp", single=False, scattered=not plan.order_stride > 1))
+                ranked.append(Candidate.of("hp", single=False, scattered=other_order))
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
             # half the columns, whichever the rule (hp.wide_tiles) did not take
             if lanes == hp.WARP and cf == 2:  # (whole-warp groups take two vectors only as wide tiles)

@@ -362,9 +362,10 @@ def test_scattered_block_order_gives_the_same_product(reduce, single):
 
 
 def test_the_stride_is_what_orders_the_blocks():
-    """The kernel takes its blocks' chunks from the stride it is given: a stride of the grid's
-    size sends every block to chunk 0 (a wrong product), while a coprime stride with its inverse
-    (the look-back's chunk-to-block map) gives the product in either launch."""
+    """The filled kernel takes its blocks' chunks from the stride it is given: a stride of the
+    grid's size sends every block to chunk 0 (a wrong product), a coprime one gives the product.
+    The single launch compiled for a scattered order gives it with the stride's inverse (its
+    look-back's chunk-to-block map); compiled in order, it ignores both."""
     from numbasparse.cuda.intrinsics import flagged_words
 
     rng = np.random.default_rng()
@@ -372,21 +373,27 @@ def test_the_stride_is_what_orders_the_blocks():
     B = cuda.to_device(random_dense(rng, (30, 8), np.float32))
     dev = CSR.from_scipy(A)
     expected = spmm_reference(A, B.copy_to_host(), "sum")
-    for single in (False, True):
-        plan = hp._spmm_plan(dev, 0, 8, B, cuda.device_array((40, 8), np.float32), 2, 8, None, None, single, False,
-                             False)
-        blocks = plan.grid[0]
-        stride = hp.coprime_stride(blocks)
-        assert plan.order_stride == 1 and stride > 1
-        for order, inverse, right in ((blocks, 1, False), (stride, pow(stride, -1, blocks), True)):
-            if single and not right:
-                continue  # (a wrong inverse could wait for ever)
-            C = cuda.to_device(np.zeros((40, 8), np.float32))  # (the filled launch adds to it)
-            parts = cuda.to_device(np.zeros(flagged_words(2 * blocks * 8, 4), np.uint64))
-            launch.run(plan.kernel, plan.grid, hp.WARPS_PER_BLOCK * 32, 0, dev.indptr, dev.indices, dev.data,
-                       plan.group_rows, B, C, plan.nnz_per_group, parts, order, inverse)
-            error = np.abs(C.copy_to_host() - expected).max()
-            assert error < 1e-4 if right else error > 1e-3
+
+    def product(plan, order, inverse):
+        C = cuda.to_device(np.zeros((40, 8), np.float32))  # (the filled launch adds to it)
+        parts = cuda.to_device(np.zeros(flagged_words(2 * plan.grid[0] * 8, 4), np.uint64))
+        launch.run(plan.kernel, plan.grid, hp.WARPS_PER_BLOCK * 32, 0, dev.indptr, dev.indices, dev.data,
+                   plan.group_rows, B, C, plan.nnz_per_group, parts, order, inverse)
+        return np.abs(C.copy_to_host() - expected).max()
+
+    def plan(single, scattered):
+        C = cuda.device_array((40, 8), np.float32)
+        return hp._spmm_plan(dev, 0, 8, B, C, 2, 8, None, None, single, False, scattered)
+
+    filled, single, scattered = plan(False, False), plan(True, False), plan(True, True)
+    blocks = filled.grid[0]
+    stride = hp.coprime_stride(blocks)
+    assert stride > 1 and scattered.order_stride == stride and single.order_stride == 1
+    assert product(filled, blocks, 1) > 1e-3
+    assert product(filled, stride, 1) < 1e-4
+    assert product(scattered, stride, pow(stride, -1, blocks)) < 1e-4
+    assert product(single, blocks, 1) < 1e-4  # (a wrong inverse could make a scattered kernel wait for ever)
+    assert scattered.kernel is not single.kernel
 
 
 def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
@@ -399,9 +406,9 @@ def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
 
 
 def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_takes_little_of_l2(monkeypatch):
-    """The filled launch of a graph whose ids put its long rows first takes a scattered order;
-    the same rows shuffled, a single-launch graph, a tile of B past a third of L2 and one wave
-    of blocks do not."""
+    """A graph whose ids put its long rows first takes a scattered order in either launch (the
+    single launch only where its rows span few blocks); the same rows shuffled, a tile of B
+    past a third of L2 and one wave of blocks do not."""
     monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 4)
     monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
     rng = np.random.default_rng(0)
@@ -418,6 +425,11 @@ def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_takes_little_of_l2
     assert plan(sorted_rows).order_stride > 1
     assert plan(shuffled).order_stride == 1
     assert plan(sorted_rows, single=True).order_stride > 1  # either launch
+    span_cap = hp.SCATTER_MAX_SPAN
+    monkeypatch.setattr(hp, "SCATTER_MAX_SPAN", 0)  # rows crossing blocks: a scattered look-back at the end
+    assert plan(sorted_rows, single=True).order_stride == 1
+    assert plan(sorted_rows).order_stride > 1
+    monkeypatch.setattr(hp, "SCATTER_MAX_SPAN", span_cap)
     monkeypatch.setattr(device, "memory_system", lambda: (200 << 10, 3.35e12))
     assert plan(sorted_rows).order_stride == 1  # one tile of B, 640 rows x 128 bytes: past a third of L2
     monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)

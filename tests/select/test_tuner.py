@@ -178,15 +178,16 @@ def test_hp_is_also_tried_with_the_narrow_tiles_where_the_rule_takes_wide_ones(m
     assert {dict(c.params).get("depth") for c in ranked if c.family == "hp"} <= {None, 1}  # depth 2 would spill
 
 
-def test_hp_is_also_tried_filled_in_the_other_block_order(monkeypatch):
+def test_hp_is_also_tried_in_the_other_block_order(monkeypatch):
     from numbasparse import CSR
     from numbasparse.cuda import hp
 
     _, dev = _graph()
     scattered = tuner.Candidate.of("hp", single=False, scattered=True)
     assert scattered in tuner.candidates(dev, "spmm", 40, np.float32, device=H100)  # the rule: blocks in order
-    assert not any(dict(c.params).get("scattered") is not None
-                   for c in tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100))
+    half = tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100)
+    assert {c for c in half if dict(c.params).get("scattered") is not None} == {
+        tuner.Candidate.of("hp", single=True, scattered=True)}  # a 16-bit C: the single launch only
     monkeypatch.setattr(hp, "single_launch", lambda *args: False)
     monkeypatch.setattr(hp, "scatter_blocks", lambda *args: True)  # the rule: the filled launch, scattered
     dev = CSR.from_scipy(sp.random(300, 200, density=0.05, format="csr", random_state=1, dtype=np.float32))
