@@ -116,11 +116,13 @@ SINGLE_MAX_MEAN_ROW = 18
 #: other shared graphs in their own order with B in L2 (0-0.86, those above 0.3 of short rows,
 #: which keep the single launch) 0.94-1.12x.
 SCATTER_MIN_SPREAD = 0.3
-#: ... in the single launch only where no row spans more than SCATTER_MAX_SPAN blocks after its
-#: first (:func:`scatter_blocks`).  Measured (H200, float32 sum, N = 64..256, kernel time): nell
-#: (spans of 35-71) ran 1.10-1.39x slower scattered in its own order, rows by degree or shuffled;
-#: spans of 1-24 (email-enron, musae-facebook, coauthor-cs, pubmed by degree; bfloat16
-#: amazon-photo, fb100, email-enron by degree) 0.99-1.26x faster.
+#: ... in the single launch only on long rows and where no row spans more than SCATTER_MAX_SPAN
+#: blocks after its first (:func:`scatter_blocks`).  Measured (H200, sum, N = 64..256, kernel
+#: time, BENCHMARKS.md "HP-SpMM's block order on graphs numbered by degree"): bfloat16 (single
+#: launch) amazon-photo and fb100 by degree (rows of 32 and 88, spans up to 24) 1.15-1.33x faster
+#: scattered; nell (rows of 4, spans 35-71) 1.02-1.44x slower in its own order, by degree or
+#: shuffled; float32 single launches on short rows by degree 0.88-1.19x (pubmed 0.88-0.90x,
+#: coauthor-cs 0.96-1.19x, email-enron 0.94-1.12x).
 SCATTER_MAX_SPAN = 32
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
@@ -300,14 +302,17 @@ def scatter_blocks(A, block_nnz, gathered_bytes, single=False):
     and where the gathered operand (``gathered_bytes``: one column tile of B), which scattered
     blocks in flight read all over, takes at most WINDOW_L2_SHARE of L2: past it the order's
     own locality is what keeps B rows in L2 (measured: a degree-ranked graph whose tile took
-    98% of L2 ran 2.5% slower scattered).  In the ``single`` launch only where no row spans more
-    than SCATTER_MAX_SPAN blocks after its first: scattered, a row's finishing block is the one
-    of its blocks that starts last, near the end of the grid, and its look-back (one L2 round
-    trip per part) is no longer hidden behind other blocks' work."""
+    98% of L2 ran 2.5% slower scattered).  The ``single`` launch scatters only on graphs of long
+    rows (not :func:`short_rows`: there it runs for a 16-bit C, and its phases are those of the
+    filled launch; on short rows every block is bound by row ends, whatever its place) and only
+    where no row spans more than SCATTER_MAX_SPAN blocks after its first: scattered, a row's
+    finishing block is the one of its blocks that starts last, near the end of the grid, and
+    its look-back (one L2 round trip per part) is no longer hidden behind other blocks' work."""
     wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
     if blocks <= wave or gathered_bytes > WINDOW_L2_SHARE * device.memory_system()[0]:
         return False  # (one wave: every block is resident at once anyway)
-    if single and pattern_fact(A, "crossing_span", block_nnz) > SCATTER_MAX_SPAN:
+    if single and (short_rows(A.nnz, pattern_fact(A, "nonempty_rows"))
+                   or pattern_fact(A, "crossing_span", block_nnz) > SCATTER_MAX_SPAN):
         return False
     return pattern_fact(A, "row_end_spread", block_nnz, min(wave, blocks // 2)) >= SCATTER_MIN_SPREAD
 
@@ -895,7 +900,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
                                    single)
     stride = coprime_stride(grid[0]) if scattered else 1
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single),
-                            None if out_fmt == fmt else out_fmt, accumulate, bool(single) and stride > 1)
+                            None if out_fmt == fmt else out_fmt, accumulate, bool(single and scattered))
     fill_rows = None
     if not single and merges_in_block(code):
         fill_rows = pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
@@ -1095,8 +1100,7 @@ def precompile_variants(A, B, X, reduce):
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # a 16-bit C is written by the single launch only
             spmm_hp(A, B, C, reduce, depth=depth, single=single)
-        # the single launch compiled for a scattered order (groups of 4 entries: several blocks)
-        spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=True, nnz_per_group=4)
+        spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=True)  # (compiled apart: :func:`_lookback`)
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):

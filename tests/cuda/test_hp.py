@@ -407,7 +407,7 @@ def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
 
 def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_takes_little_of_l2(monkeypatch):
     """A graph whose ids put its long rows first takes a scattered order in either launch (the
-    single launch only where its rows span few blocks); the same rows shuffled, a tile of B
+    single launch only on long rows that span few blocks); the same rows shuffled, a tile of B
     past a third of L2 and one wave of blocks do not."""
     monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 4)
     monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
@@ -424,7 +424,9 @@ def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_takes_little_of_l2
     sorted_rows, shuffled = matrix(np.arange(lengths.size)), matrix(rng.permutation(lengths.size))
     assert plan(sorted_rows).order_stride > 1
     assert plan(shuffled).order_stride == 1
-    assert plan(sorted_rows, single=True).order_stride > 1  # either launch
+    assert plan(sorted_rows, single=True).order_stride == 1  # short rows (mean 7.5): in order
+    monkeypatch.setattr(hp, "SINGLE_MAX_MEAN_ROW", 5)  # the same rows as long ones: the single launch scatters
+    assert plan(sorted_rows, single=True).order_stride > 1
     span_cap = hp.SCATTER_MAX_SPAN
     monkeypatch.setattr(hp, "SCATTER_MAX_SPAN", 0)  # rows crossing blocks: a scattered look-back at the end
     assert plan(sorted_rows, single=True).order_stride == 1

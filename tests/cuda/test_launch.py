@@ -336,8 +336,9 @@ def test_a_kernel_factory_takes_positional_or_keyword_parameters_only():
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
-    """Which HP-SpMM variant auto runs (gather depth, launch mode) depends on the graph: precompile
-    makes all of them for each width and dtype, 16-bit ones in their single launch only,
+    """Which HP-SpMM variant auto runs (gather depth, launch mode, the single launch's block
+    order) depends on the graph: precompile makes all of them for each width and dtype, 16-bit
+    ones in their single launch only,
     HP-SDDMM's walk past runs of empty rows and the accumulating kernel (float32, float64)."""
     import scipy.sparse as sp
     from numbasparse import aot, arrays, csr
@@ -347,9 +348,9 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     made = []
     factory = hp.spmm_hp_kernel
 
-    def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None, adds_to_c=False):
-        made.append((depth, single) + (("adds",) if adds_to_c else ()))
-        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt, adds_to_c)
+    def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None, adds_to_c=False, scattered=False):
+        made.append((depth, single) + (("adds",) if adds_to_c else ()) + (("scattered",) if scattered else ()))
+        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt, adds_to_c, scattered)
 
     monkeypatch.setattr(hp, "spmm_hp_kernel", recording)
     skipping = []
@@ -366,7 +367,8 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     B, X = (arrays.to_device(rng.standard_normal(shape).astype(dtype)) for shape in ((5, 8), (6, 8)))
     hp.precompile_variants(A, *aot._kernel_operands(A, B, X), "sum")
     if dtype.itemsize == 2:
-        assert sorted(made) == [(1, True), (4, True)]
+        assert sorted(made) == [(1, True), (1, True, "scattered"), (4, True), (4, True, "scattered")]
     else:
-        assert sorted(made) == [(1, False), (1, False, "adds"), (1, True), (2, False), (2, False, "adds"), (2, True)]
+        assert sorted(made) == [(1, False), (1, False, "adds"), (1, True), (1, True, "scattered"), (2, False),
+                                (2, False, "adds"), (2, True), (2, True, "scattered")]
     assert skipping == [True]  # HP-SDDMM's walk past runs of empty rows, which these graphs lack
