@@ -107,8 +107,8 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: at 17.0 (wiki-vote directed), 0.88-0.97x at 21.1 (ca-AstroPh); on longer rows 0.78-1.04x,
 #: slower in 22 of 24 cases.
 SINGLE_MAX_MEAN_ROW = 18
-#: HP-SpMM's filled launch takes its blocks in a scattered order where row ends spread this
-#: unevenly along the nonzeros or more (:func:`scatter_blocks`).  Measured (H200, float32 sum,
+#: HP-SpMM takes its blocks in a scattered order where row ends spread this unevenly along
+#: the nonzeros or more (:func:`scatter_blocks`).  Measured (H200, float32 sum,
 #: N = 64..256, kernel time; BENCHMARKS.md "HP-SpMM's block order on graphs numbered by
 #: degree"): the rows by degree of amazon-photo, tolokers, fb100 and ca-AstroPh (spreads of
 #: 0.65-1.07) ran 1.04-1.39x faster scattered than in order; with a quarter or a half of their
@@ -118,11 +118,10 @@ SINGLE_MAX_MEAN_ROW = 18
 SCATTER_MIN_SPREAD = 0.3
 #: ... in the single launch only on long rows and where no row spans more than SCATTER_MAX_SPAN
 #: blocks after its first (:func:`scatter_blocks`).  Measured (H200, sum, N = 64..256, kernel
-#: time, BENCHMARKS.md "HP-SpMM's block order on graphs numbered by degree"): bfloat16 (single
-#: launch) amazon-photo and fb100 by degree (rows of 32 and 88, spans up to 24) 1.15-1.33x faster
-#: scattered; nell (rows of 4, spans 35-71) 1.02-1.44x slower in its own order, by degree or
-#: shuffled; float32 single launches on short rows by degree 0.88-1.19x (pubmed 0.88-0.90x,
-#: coauthor-cs 0.96-1.19x, email-enron 0.94-1.12x).
+#: time, BENCHMARKS.md "The single launch in a scattered order"): bfloat16 (single launch) on
+#: five long-row graphs by degree ran 0.95-1.33x as fast scattered (amazon-photo and fb100
+#: 1.16-1.33x); nell (rows of 4, spans of 35-71 blocks) 1.02-1.49x slower in its own order, by
+#: degree or shuffled; float32 single launches on short rows by degree 0.88-1.19x.
 SCATTER_MAX_SPAN = 32
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
