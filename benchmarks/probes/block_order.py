@@ -111,8 +111,9 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
             us = {key: None if ms is None else ms * 1e3 for key, ms in us.items()}  # (None: no CUPTI events)
             blocks = plan.grid[0]
             spread = row_prep.row_end_spread(A.indptr, block_nnz, min(hp.full_wave(), blocks // 2))
-            print(json.dumps(dict(graph=name, copy=label, n=n, dtype=args.dtype, single=plan.single, scattered=plan.order_stride > 1,
-                                  nnz_per_group=plan.nnz_per_group, blocks=blocks, spread=spread, us=us, bad=bad)),
+            print(json.dumps(dict(graph=name, copy=label, n=n, dtype=args.dtype, single=plan.single,
+                                  scattered=plan.order_stride > 1, nnz_per_group=plan.nnz_per_group, blocks=blocks,
+                                  spread=spread, us=us, bad=bad)),
                   flush=True)
             print(f"{name} {label} N={n} spread={spread:.2f} " + " ".join(f"{k}={v:.1f}" for k, v in us.items() if v is not None)
                   + (f" BAD {bad}" if bad else ""), file=sys.stderr, flush=True)

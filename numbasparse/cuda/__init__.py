@@ -33,8 +33,8 @@ def kernel_configs():
                         configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single={single} "
                                         f"{reduce} {value}/{index}",
                                         hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, single),
-                                        (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
-                                         numba.int64)))
+                                        (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1],
+                                         numba.int64, numba.int64)))
         for reduce, code in reductions.CODES.items():  # the single launch compiled for a scattered order
             for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1), (8, 4, 1, 1)):
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=True scattered "

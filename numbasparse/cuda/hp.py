@@ -1087,8 +1087,8 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_run
 def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
-    single launch only) and the single launch in a scattered order, the wide tiles of :func:`wide_tiles` and, once per call with
-    ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and float64) the
+    single launch only, in order and scattered), the wide tiles of :func:`wide_tiles` and, once
+    per call with ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and float64) the
     accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
     of them a graph reaches depends on its rows and hub rows, and no set of small graphs is sure
@@ -1099,7 +1099,8 @@ def precompile_variants(A, B, X, reduce):
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # a 16-bit C is written by the single launch only
             spmm_hp(A, B, C, reduce, depth=depth, single=single)
-        spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=True)  # (compiled apart: :func:`_lookback`)
+        if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`scatter_blocks`)
+            spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=True)
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):
