@@ -115,6 +115,11 @@ def kernel_configs():
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True),
                                 (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
                                  numba.int64)))
+            for lanes, vec, depth in ((32, 4, 4), (32, 8, 4)):  # the single launch in a scattered order
+                configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True scattered {reduce} {fmt}",
+                                hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, True),
+                                (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
+                                 numba.int64)))
         for skips in (False, True):
             configs.append((f"sddmm_hp vec=8 group=4 skips_runs={skips} {fmt}",
                             hp.sddmm_hp_kernel(8, 4, fmt, skips),

@@ -120,8 +120,10 @@ SCATTER_MIN_SPREAD = 0.3
 #: blocks after its first (:func:`scatter_blocks`).  Measured (H200, sum, N = 64..256, kernel
 #: time, BENCHMARKS.md "The single launch in a scattered order"): bfloat16 (single launch) on
 #: five long-row graphs by degree ran 0.95-1.33x as fast scattered (amazon-photo and fb100
-#: 1.16-1.33x); nell (rows of 4, spans of 35-71 blocks) 1.02-1.49x slower in its own order, by
-#: degree or shuffled; float32 single launches on short rows by degree 0.88-1.19x.
+#: 1.16-1.33x; their spans 2-12 blocks); float32 single launches on short rows by degree
+#: 0.88-1.19x; nell (rows of 4, spans of 35-71 blocks) 0.67-0.98x in any order.  nell is
+#: excluded as short rows already: the span cap guards a mechanism (a long look-back left to
+#: the end of the grid) that no measured long-row case reaches.
 SCATTER_MAX_SPAN = 32
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
@@ -505,11 +507,13 @@ def _lookback(reduce_code, vec, cf, span, value_bits, flush, scattered):
     their parts in ``parts``, every value with its ready flag in one 64-bit store
     (:func:`intrinsics.flagged_parts`, no fence or counter needed); the finishing block waits
     for those flags, combines the parts with its own, clears the flags for the next call and
-    stores the row.  It waits only on blocks of lower index, which the GPU starts first, so
-    any order of chunks over blocks is safe.  ``scattered``: the kernel is compiled for a
-    scattered order, in which ``order_inverse`` maps a chunk to its block (chunk c runs in block
-    ``c * order_inverse % gridDim.x``); in order the finishing block is the last chunk's."""
+    stores the row.  It waits only on blocks of lower index, which the GPU starts first, so the
+    scattered order (block b runs chunk ``b * order_stride % gridDim.x``) is as safe as the
+    order.  ``scattered``: the kernel is compiled for that order, in which ``order_inverse`` maps
+    a chunk to its block (chunk c runs in block ``c * order_inverse % gridDim.x``); in order the
+    finishing block is the last chunk's."""
     publish, take, clear = flagged_parts(value_bits)
+    simulated = config.ENABLE_CUDASIM  # blocks run one after another there: a missing part never comes
 
     @cuda.jit(device=True, inline="always")
     def finish_across_blocks(C, parts, received, row, row_start, row_end, chunk, block_nnz, order_inverse, j, acc):
@@ -519,17 +523,18 @@ def _lookback(reduce_code, vec, cf, span, value_bits, flush, scattered):
         n = C.shape[1]
         finisher = last
         if scattered:  # the row's chunk whose block has the highest index
-            # chunk c + 1 runs in block b + order_inverse (mod the grid) if c runs in block b:
-            # stepped from this block (a modulo here costs ~20 registers)
-            b = numba.int64(cuda.blockIdx.x)
+            # chunk k + 1 runs in block b + order_inverse (mod the grid) if k runs in block b:
+            # stepped from this block (the same search with a 64-bit modulo per chunk cost 18
+            # registers more, BENCHMARKS.md "The single launch in a scattered order")
+            block = numba.int64(cuda.blockIdx.x)
             for _ in range(first, chunk):
-                b = b - order_inverse if b >= order_inverse else b - order_inverse + grid_x
+                block = block - order_inverse if block >= order_inverse else block - order_inverse + grid_x
             latest = numba.int64(-1)
-            for c in range(first, last + 1):
-                if b > latest:
-                    latest = b
-                    finisher = c
-                b = b + order_inverse if b + order_inverse < grid_x else b + order_inverse - grid_x
+            for k in range(first, last + 1):
+                if block > latest:
+                    latest = block
+                    finisher = k
+                block = block + order_inverse if block + order_inverse < grid_x else block + order_inverse - grid_x
         if chunk != finisher:  # publish this chunk's part: row tail (side 0) or head (side 1)
             side = 0 if chunk > first else 1
             base = (side * grid_x + chunk) * n
@@ -538,10 +543,10 @@ def _lookback(reduce_code, vec, cf, span, value_bits, flush, scattered):
                     for v in range(vec):
                         publish(parts, base + j + c * span + v, acc[c * vec + v])
             return
-        for b in range(first, last + 1):  # chunks run by blocks of lower index: started before this one
-            if b == chunk:
+        for other in range(first, last + 1):  # chunks run by blocks of lower index: started before this one
+            if other == chunk:
                 continue
-            base = (grid_x + b if b == first else b) * n  # the first chunk's part is the row's head
+            base = (grid_x + other if other == first else other) * n  # the first chunk's part is the row's head
             ready = False
             while not ready:  # all of this lane's values are loaded before any flag is tested
                 ready = True
@@ -550,6 +555,8 @@ def _lookback(reduce_code, vec, cf, span, value_bits, flush, scattered):
                         for v in range(vec):
                             ok, received[c * vec + v] = take(parts, base + j + c * span + v)
                             ready = ready and ok
+                if simulated and not ready:  # (a wrong finishing block fails here instead of hanging)
+                    raise RuntimeError("HP-SpMM's look-back waits on a part no earlier block published")
             for c in range(cf):
                 if j + c * span < n:
                     for v in range(vec):
@@ -1098,7 +1105,7 @@ def precompile_variants(A, B, X, reduce):
     C = cuda.device_array((A.shape[0], B.shape[1]), storage_dtype(A.dtype))
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # a 16-bit C is written by the single launch only
-            spmm_hp(A, B, C, reduce, depth=depth, single=single)
+            spmm_hp(A, B, C, reduce, depth=depth, single=single, scattered=False)
         if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`scatter_blocks`)
             spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=True)
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)

@@ -158,7 +158,7 @@ def cache_path():
 
 #: Part of every cache key: raise it when the schedule space, a family's parameters or the way a
 #: choice is made change, so that choices made otherwise are timed again.
-SPACE_VERSION = 9
+SPACE_VERSION = 10
 
 
 def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", families=None):

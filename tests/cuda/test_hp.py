@@ -5,6 +5,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import cuda
+from numba.cuda import config
 
 from numbasparse import CSR, dispatch
 from numbasparse.cuda import device, hp, launch
@@ -361,6 +362,40 @@ def test_scattered_block_order_gives_the_same_product(reduce, single):
         assert not parts.copy_to_host().any()
 
 
+@pytest.mark.parametrize("case", ["bfloat16", "float64 int64"])
+def test_scattered_single_launch_of_16_bit_values_and_int64_indices_over_column_tiles(case):
+    """The single launch in a scattered order, as auto takes it for 16-bit values (C rounded
+    once, within bfloat16's unit roundoff of float64) and with int64 indices, over several
+    column tiles (N = 72): rows crossing blocks come out as in order, empty rows too."""
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    lengths = [0, 20, 3, 0, 60, 1, 0, 17, 2, 130, 0, 5, 9, 40, 1]
+    dense = np.zeros((len(lengths), 140))
+    for i, n in enumerate(lengths):
+        dense[i, rng.choice(140, n, replace=False)] = rng.standard_normal(n)
+    A = sp.csr_matrix(dense)
+    if case == "bfloat16":
+        dtype = np.dtype(ml_dtypes.bfloat16)
+        A.data = A.data.astype(dtype).astype(np.float64)  # the values bfloat16 holds
+        B = rng.standard_normal((140, 72)).astype(dtype)
+        dev = CSR.from_scipy(A, dtype=dtype)
+        C = cuda.to_device(np.full((len(lengths), 72), 0x7FC0, np.uint16))  # NaN bits
+        hp.spmm_hp(dev, cuda.to_device(B.view(np.uint16)), C, "sum", nnz_per_group=2, lanes=8, single=True,
+                   scattered=True)
+        result = C.copy_to_host().view(dtype).astype(np.float64)
+        reference = spmm_reference(A, B.astype(np.float64), "sum")
+        assert np.linalg.norm(result - reference) <= 2.0**-8 * np.linalg.norm(reference)
+    else:
+        B = random_dense(rng, (140, 72), np.float64)
+        dev = CSR.from_scipy(A, dtype=np.float64, index_dtype=np.int64)
+        C = cuda.to_device(np.full((len(lengths), 72), np.nan))
+        hp.spmm_hp(dev, cuda.to_device(B), C, "sum", nnz_per_group=2, lanes=8, single=True, scattered=True)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, "sum"), np.float64, spmm_scale(A, B, "sum"))
+    (plan,) = (v for v in dev.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))
+    assert plan.single and plan.order_stride > 1 and plan.grid[1] >= 2  # several column tiles
+
+
 def test_the_stride_is_what_orders_the_blocks():
     """The filled kernel takes its blocks' chunks from the stride it is given: a stride of the
     grid's size sends every block to chunk 0 (a wrong product), a coprime one gives the product.
@@ -394,6 +429,29 @@ def test_the_stride_is_what_orders_the_blocks():
     assert product(scattered, stride, pow(stride, -1, blocks)) < 1e-4
     assert product(single, blocks, 1) < 1e-4  # (a wrong inverse could make a scattered kernel wait for ever)
     assert scattered.kernel is not single.kernel
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="on a GPU a wrong finishing block waits for ever")
+def test_a_wrong_finishing_block_fails_on_the_simulator_instead_of_hanging():
+    """The simulator runs blocks one after another, so a look-back waiting on a part no earlier
+    block published would spin for ever: it raises instead.  Here the scattered single launch
+    runs its blocks in order but is told that chunk k + 1 runs one block lower (an inverse of
+    -1), so the first block of a long row takes itself for the one that starts last."""
+    from numbasparse.cuda.intrinsics import flagged_words
+
+    rng = np.random.default_rng()
+    lengths = [3, 130, 2, 0, 60, 1]
+    dense = np.zeros((len(lengths), 140))
+    for i, n in enumerate(lengths):
+        dense[i, rng.choice(140, n, replace=False)] = rng.standard_normal(n)
+    dev = CSR.from_scipy(sp.csr_matrix(dense), dtype=np.float32)
+    B = cuda.to_device(random_dense(rng, (140, 8), np.float32))
+    C = cuda.to_device(np.zeros((len(lengths), 8), np.float32))
+    plan = hp._spmm_plan(dev, 0, 8, B, C, 2, 8, None, None, True, False, True)
+    parts = cuda.to_device(np.zeros(flagged_words(2 * plan.grid[0] * 8, 4), np.uint64))
+    with pytest.raises(RuntimeError, match="look-back"):
+        launch.run(plan.kernel, plan.grid, hp.WARPS_PER_BLOCK * 32, 0, dev.indptr, dev.indices, dev.data,
+                   plan.group_rows, B, C, plan.nnz_per_group, parts, 1, plan.grid[0] - 1)
 
 
 def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
