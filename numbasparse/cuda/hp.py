@@ -668,9 +668,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     ``single``: the kernel writes every element of C itself, so a call is one GPU operation
     (no fill before it, which costs a host-bound call as much as a small graph's kernel):
     every reduction merges in the block, a row crossing blocks is finished by the one of its
-    blocks that starts last (:func:`_lookback`), and a group zeroes the empty rows whose ``indptr`` lies in its
-    nonzeros (the rows it skips, those just before its first row, and, for the last group,
-    the rows after the last entry).
+    blocks that starts last (:func:`_lookback`), and a group zeroes the empty rows whose
+    ``indptr`` lies in its nonzeros (the rows it skips, those just before its first row, and,
+    for the last group, the rows after the last entry).
 
     ``adds_to_c`` (sum, filled kernel, float32/float64 C): every row is combined atomically,
     so the launch adds A B to what C holds (C += A B), with no fill before it.
@@ -1095,8 +1095,8 @@ def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
     single launch only, in order and scattered), the wide tiles of :func:`wide_tiles` and, once
-    per call with ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and float64) the
-    accumulating kernel of both depths
+    per call with ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and
+    float64) the accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
     of them a graph reaches depends on its rows and hub rows, and no set of small graphs is sure
     to reach them all at every width.  B (K, N) and X (M, N): device

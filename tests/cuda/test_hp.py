@@ -269,6 +269,14 @@ def test_split_rows_over_several_column_tiles_and_repeated_calls(reduce):
         assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
 
 
+def rows_of(rng, lengths, n_cols):
+    """A dense matrix whose row i holds ``lengths[i]`` random values in distinct random columns."""
+    dense = np.zeros((len(lengths), n_cols))
+    for i, n in enumerate(lengths):
+        dense[i, rng.choice(n_cols, n, replace=False)] = rng.standard_normal(n)
+    return dense
+
+
 @pytest.mark.parametrize("reduce", REDUCTIONS)
 @pytest.mark.parametrize("nnz_per_group", [7, None])
 def test_batched_gathers_on_long_rows(reduce, nnz_per_group):
@@ -276,9 +284,7 @@ def test_batched_gathers_on_long_rows(reduce, nnz_per_group):
     a row, single entries at run ends, row switches mid-chunk, empty rows, split rows)."""
     rng = np.random.default_rng()
     lengths = [0, 40, 17, 1, 0, 33, 2, 64, 25, 0, 19, 30]
-    dense = np.zeros((len(lengths), 70))
-    for i, n in enumerate(lengths):
-        dense[i, rng.choice(70, n, replace=False)] = rng.standard_normal(n)
+    dense = rows_of(rng, lengths, 70)
     A = sp.csr_matrix(dense)
     n_cols = 16  # lanes of 4 columns: width 4, batches of 2 entries
     _, vec, cf = hp.lane_layout(n_cols, 4, None)
@@ -302,9 +308,7 @@ def test_block_merge_of_split_rows(reduce, single):
     the 130-entry row covers a whole block), empty rows between."""
     rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5]  # blocks of 16 groups x 3 = 48 entries
-    dense = np.zeros((len(lengths), 140))
-    for i, n in enumerate(lengths):
-        dense[i, rng.choice(140, n, replace=False)] = rng.standard_normal(n)
+    dense = rows_of(rng, lengths, 140)
     A = sp.csr_matrix(dense)
     B = random_dense(rng, (140, 32), np.float32)
     C = run_hp(A, B, reduce, nnz_per_group=3, lanes=8, single=single)
@@ -318,9 +322,7 @@ def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, dty
     and the parts' ready flags cleared after each call (three calls, fresh B each time)."""
     rng = np.random.default_rng()
     lengths = [0, 0, 9, 30, 0, 4, 26, 0, 0]  # blocks of 8 groups x 2 = 16 entries
-    dense = np.zeros((len(lengths), 40))
-    for i, n in enumerate(lengths):
-        dense[i, rng.choice(40, n, replace=False)] = rng.standard_normal(n)
+    dense = rows_of(rng, lengths, 40)
     A = sp.csr_matrix(dense)
     dev = CSR.from_scipy(A, dtype=dtype)
     launches = []
@@ -345,9 +347,7 @@ def test_scattered_block_order_gives_the_same_product(reduce, single):
     crossing blocks is finished by whichever of its blocks starts last."""
     rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5, 9, 40, 0, 1]  # blocks of 16 groups x 2 entries
-    dense = np.zeros((len(lengths), 140))
-    for i, n in enumerate(lengths):
-        dense[i, rng.choice(140, n, replace=False)] = rng.standard_normal(n)
+    dense = rows_of(rng, lengths, 140)
     A = sp.csr_matrix(dense)
     B = random_dense(rng, (140, 32), np.float32)
     dev = CSR.from_scipy(A, dtype=np.float32)
@@ -371,9 +371,7 @@ def test_scattered_single_launch_of_16_bit_values_and_int64_indices_over_column_
 
     rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 17, 2, 130, 0, 5, 9, 40, 1]
-    dense = np.zeros((len(lengths), 140))
-    for i, n in enumerate(lengths):
-        dense[i, rng.choice(140, n, replace=False)] = rng.standard_normal(n)
+    dense = rows_of(rng, lengths, 140)
     A = sp.csr_matrix(dense)
     if case == "bfloat16":
         dtype = np.dtype(ml_dtypes.bfloat16)
@@ -441,9 +439,7 @@ def test_a_wrong_finishing_block_fails_on_the_simulator_instead_of_hanging():
 
     rng = np.random.default_rng()
     lengths = [3, 130, 2, 0, 60, 1]
-    dense = np.zeros((len(lengths), 140))
-    for i, n in enumerate(lengths):
-        dense[i, rng.choice(140, n, replace=False)] = rng.standard_normal(n)
+    dense = rows_of(rng, lengths, 140)
     dev = CSR.from_scipy(sp.csr_matrix(dense), dtype=np.float32)
     B = cuda.to_device(random_dense(rng, (140, 8), np.float32))
     C = cuda.to_device(np.zeros((len(lengths), 8), np.float32))
