@@ -70,7 +70,6 @@ class SlabConfig:
     max_segment: int = 32
     vector_red: bool = True
     column_first: bool = True
-    order: str = "size"
 
 
 DEFAULT = SlabConfig()
@@ -278,13 +277,11 @@ def _tiles(A, width, per_tile, config):
     """Device arrays of A's :class:`SlabTiles` and the host tiling, once per pattern and tiling."""
     def build():
         host = A._host
-        tiles = SlabTiles(host.indptr, host.indices, A.shape, width, per_tile, config.max_segment, config.warps,
-                          config.order)
+        tiles = SlabTiles(host.indptr, host.indices, A.shape, width, per_tile, config.max_segment, config.warps)
         arrays = tuple(cuda.to_device(x.astype(A.index_dtype)) for x in (tiles.seg_row, tiles.seg_start,
                                                                          tiles.seg_end, tiles.warp_ptr))
         return arrays, tiles
-    return A.cache.get_or_build("plans", ("slab_tiles", width, per_tile, config.warps, config.max_segment,
-                                          config.order), build)
+    return A.cache.get_or_build("plans", ("slab_tiles", width, per_tile, config.warps, config.max_segment), build)
 
 
 def _plan(A, code, n, B, C, slab_width, tile_nnz, config):

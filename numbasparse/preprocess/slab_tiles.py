@@ -61,7 +61,7 @@ class SlabTiles:
     warps longest first, in snake order, so that warps get equal entries), and ``tile_ptr[b]``
     = ``warp_ptr[b * warps]``."""
 
-    def __init__(self, indptr, indices, shape, slab_width, tile_nnz, max_segment, warps, order="size"):
+    def __init__(self, indptr, indices, shape, slab_width, tile_nnz, max_segment, warps):
         n_rows, n_cols = shape
         self.slab_width = slab_width
         self.tile_nnz = tile_nnz
@@ -79,16 +79,10 @@ class SlabTiles:
         tile = np.empty_like(starts)
         tile[by_slab] = (np.cumsum(windows) - windows)[seg_slab[by_slab]] + before // tile_nnz
         self.n_tiles = int(windows.sum())
+        # Largest tiles first: blocks start in index order as SMs free up, so this is
+        # longest-processing-time-first scheduling, which keeps the last wave's tail short.
         tile_nnz_each = np.bincount(tile, weights=lengths, minlength=self.n_tiles)
-        if order == "rows":
-            # By the mean row of a tile's entries: the blocks running at once flush into a band of
-            # C's rows, which stays in L2 between the slabs' flushes.
-            rows_sum = np.bincount(tile, weights=lengths * rows[starts].astype(np.float64), minlength=self.n_tiles)
-            self.tile_order = np.argsort(rows_sum / np.maximum(1, tile_nnz_each), kind="stable")
-        else:
-            # Largest tiles first: blocks start in index order as SMs free up, so this is
-            # longest-processing-time-first scheduling, which keeps the last wave's tail short.
-            self.tile_order = np.argsort(-tile_nnz_each, kind="stable")  # block b computes tile tile_order[b]
+        self.tile_order = np.argsort(-tile_nnz_each, kind="stable")  # block b computes tile tile_order[b]
         position = np.empty(self.n_tiles, np.int64)
         position[self.tile_order] = np.arange(self.n_tiles)
         block = position[tile]
