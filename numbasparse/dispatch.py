@@ -26,15 +26,18 @@ spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs 
           one atomic flush per segment; past a quarter of L2     in 20 of 22 past a quarter of L2
           the tiles' B rows miss L2; HP on short rows is         and in 16 of 22 below 4 (slab
           latency-bound (Nsight Compute: 21-31% of L2            1.08-1.34x on Cora, Citeseer,
-          throughput), so the slab kernel pays sooner            amazon-photo, wiki-vote directed;
-                                                                 the last, rows of 17 at 3.6,
-                                                                 taken by the short-row threshold;
-                                                                 "What limits HP on the worst
-                                                                 cases");
-                                                                 N = 32: HP faster on the large
+          throughput), so the slab kernel pays sooner;           amazon-photo, wiki-vote directed;
+          and unless its segments' predicted time outruns        the last, rows of 17 at 3.6,
+          HP's gathers' (:func:`slab_outruns_hp`): its cost      taken by the short-row threshold;
+          is per segment whatever N, HP's per byte, so on        "What limits HP on the worst
+          large graphs of long rows at N = 64 the thresholds     cases");
+          are too low                                            N = 32: HP faster on the large
                                                                  graphs whatever the segments
                                                                  ("Column-slab SpMM",
-                                                                 h100-2026-11-27/slab_balance.jsonl)
+                                                                 h100-2026-11-27/slab_balance.jsonl);
+                                                                 rows of 300, 18M entries, N = 64,
+                                                                 4.2 per segment: slab 2.05x HP's
+                                                                 time (H200), vetoed
 spmm      ``hp`` elsewhere (its own launch rules: DTP, single    balanced by nonzeros: heavy rows
           launch, column tile, block order; :mod:`.cuda.hp`)     never stall one warp ("HP-SpMM and
                                                                  HP-SDDMM")
@@ -72,7 +75,7 @@ from . import arrays, cpu
 from ._compat import scipy_sparse as sp
 from .cuda import crc, fused, hc, hp, launch, sddmm_warp, slab, tiled
 from .cuda.device import gpu_present, require_cuda, simulator_enabled  # noqa: F401  (re-exported)
-from .cuda.device import current_gpu, memory_system, one_device
+from .cuda.device import cdiv, current_gpu, device_limits, memory_system, one_device
 from .dtypes import HALF_NAMES, storage_dtype
 from .preprocess.rows import nonempty_rows
 from .preprocess.slab_tiles import entries_per_segment
@@ -99,6 +102,22 @@ SLAB_MIN_COLUMNS = 64
 #: 0.53-1.06x past it; the web crawls (B 1.6-6.4x L2) ran 1.00-1.25x faster on HP.  A quarter
 #: is a compromise: tolokers (rows of 88) loses from 0.23, wiki-vote and chameleon win to 0.36.
 SLAB_MAX_L2_SHARE = 0.25
+#: ... and where the slab kernel's predicted time is at most SLAB_GUARD_MARGIN times HP's
+#: (:func:`slab_outruns_hp`, a veto for large graphs of long rows near the thresholds above).
+#: The slab kernel is bound by its segments, not by N: an SM retires one (its chain of loads,
+#: then the flush of a partial row) every SLAB_SEGMENT_NS at N = 64, 128 or 256, while HP on a
+#: graph that fills the GPU is bound by the bytes it gathers from L2, HP_GATHER_BYTES_PER_SM a
+#: second per SM, plus HP_FIXED_US on small graphs.  Measured (H200, float32 sum, kernel time;
+#: BENCHMARKS.md "Column-slab SpMM", "The slab kernel's segments against HP's gathers"): the
+#: slab kernel 190-320 ps a segment over 132 SMs on graphs of 0.2-18M entries (25-42 ns an SM),
+#: HP 0.41-0.50 ps an entry-column on graphs of 1M entries or more (8-9.8 TB/s of gathers).
+#: Where the thresholds took the slab kernel on rows of 300 (18M entries, 4.2 entries per
+#: segment, N = 64) it ran 2.05x HP's time; the model predicts 1.74x.  The margin covers the
+#: constants' spread; the measured picks of the thresholds all keep the slab kernel.
+SLAB_SEGMENT_NS = 32.0
+HP_GATHER_BYTES_PER_SM = 60e9
+HP_FIXED_US = 10.0
+SLAB_GUARD_MARGIN = 1.25
 
 
 
@@ -377,13 +396,26 @@ def slab_min_segment(nnz, nonempty):
     return SLAB_MIN_SEGMENT_SHORT_ROWS if hp.short_rows(nnz, nonempty) else SLAB_MIN_SEGMENT
 
 
+def slab_outruns_hp(nnz, segments, n_cols, itemsize):
+    """False where the column-slab SpMM's predicted time, ``segments`` (over all column tiles)
+    at SLAB_SEGMENT_NS each per SM, exceeds SLAB_GUARD_MARGIN times HP-SpMM's, HP_FIXED_US plus
+    its gathers (``nnz`` rows of ``n_cols`` values of ``itemsize`` bytes) at
+    HP_GATHER_BYTES_PER_SM per SM, on this GPU's SMs."""
+    sms = device_limits()[0]
+    slab_us = segments * SLAB_SEGMENT_NS / sms / 1e3
+    hp_us = HP_FIXED_US + nnz * n_cols * itemsize / (HP_GATHER_BYTES_PER_SM * sms) * 1e6
+    return slab_us <= SLAB_GUARD_MARGIN * hp_us
+
+
 def slab_pays(A, n_cols, itemsize):
     """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM: N >=
-    SLAB_MIN_COLUMNS, B takes at most SLAB_MAX_L2_SHARE of the L2 cache, and the default
-    tiling's segments (runs of a row's entries in one column slab) average >= SLAB_MIN_SEGMENT
-    entries (SLAB_MIN_SEGMENT_SHORT_ROWS on graphs of short rows), counted on A's pattern: on the GPU for a device
-    :class:`~numbasparse.CSR` (the answer kept in ``A.cache``: the rule runs on every call), on
-    the host for a scipy matrix (L2 and the tiling are the current GPU's either way)."""
+    SLAB_MIN_COLUMNS, B takes at most SLAB_MAX_L2_SHARE of the L2 cache, the default tiling's
+    segments (runs of a row's entries in one column slab) average >= SLAB_MIN_SEGMENT entries
+    (SLAB_MIN_SEGMENT_SHORT_ROWS on graphs of short rows), counted on A's pattern, and their
+    predicted time does not outrun HP's (:func:`slab_outruns_hp`).  Counted on the GPU for a
+    device :class:`~numbasparse.CSR` (the answer kept in ``A.cache``: the rule runs on every
+    call), on the host for a scipy matrix (L2, SMs and the tiling are the current GPU's either
+    way)."""
     if n_cols < SLAB_MIN_COLUMNS or A.nnz == 0:
         return False
 
@@ -391,13 +423,17 @@ def slab_pays(A, n_cols, itemsize):
         if A.shape[1] * n_cols * itemsize > SLAB_MAX_L2_SHARE * memory_system()[0]:
             return False
         vec, _ = slab.lane_layout(n_cols, itemsize)
-        _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
+        tile_cols, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
         if sp.issparse(A):
             host = A.tocsr()
             needed = slab_min_segment(host.nnz, nonempty_rows(host.indptr))
-            return entries_per_segment(host.indptr, host.indices, width) >= needed
-        needed = slab_min_segment(A.nnz, hp.pattern_fact(A, "nonempty_rows"))
-        return slab.entries_per_segment_on_device(A, width) >= needed
+            counted = entries_per_segment(host.indptr, host.indices, width)
+        else:
+            needed = slab_min_segment(A.nnz, hp.pattern_fact(A, "nonempty_rows"))
+            counted = slab.entries_per_segment_on_device(A, width)
+        if counted < needed:
+            return False
+        return slab_outruns_hp(A.nnz, A.nnz / counted * cdiv(n_cols, tile_cols), n_cols, itemsize)
 
     return decide() if sp.issparse(A) else A.cache.get_or_build("plans", ("slab_pays", n_cols, itemsize), decide)
 

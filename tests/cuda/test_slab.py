@@ -191,8 +191,14 @@ def test_auto_reads_the_pattern_of_a_scipy_operand_too():
     assert dispatch.resolve("spmm", "auto", "cuda", False, 64, "sum", 4, dense).name == "slab"
 
 
+def an_h100(monkeypatch):
+    """The rule as on an H100: 132 SMs (the simulator has one) and B well within L2."""
+    monkeypatch.setattr(dispatch, "memory_system", lambda: (1 << 40, 3e12))
+    monkeypatch.setattr(dispatch, "device_limits", lambda: (132, 2048, 65536))
+
+
 def test_auto_takes_the_slab_kernel_from_four_entries_per_segment_on_long_rows(monkeypatch):
-    monkeypatch.setattr(dispatch, "memory_system", lambda: (1 << 40, 3e12))  # B well within L2 on any GPU
+    an_h100(monkeypatch)
     A = sp.random(64, 4096, density=0.05, format="csr", random_state=0, dtype=np.float32)
     for counted, pays in ((4.29, True), (4.0, True), (3.75, False)):  # tolokers N = 128; fb100 N = 64
         monkeypatch.setattr(dispatch, "entries_per_segment", lambda *args, counted=counted: counted)
@@ -201,7 +207,7 @@ def test_auto_takes_the_slab_kernel_from_four_entries_per_segment_on_long_rows(m
 
 def test_auto_takes_the_slab_kernel_sooner_on_short_rows(monkeypatch):
     """HP is latency-bound on short rows: from 3.5 entries per segment there, 4 on long rows."""
-    monkeypatch.setattr(dispatch, "memory_system", lambda: (1 << 40, 3e12))
+    an_h100(monkeypatch)
     short = sp.random(64, 4096, density=0.003, format="csr", random_state=0, dtype=np.float32)  # rows of ~12
     long = sp.random(64, 4096, density=0.05, format="csr", random_state=0, dtype=np.float32)   # rows of ~200
     # (entries per segment counted, slab?): at and above the short rows' threshold (wiki-vote directed
@@ -213,6 +219,37 @@ def test_auto_takes_the_slab_kernel_sooner_on_short_rows(monkeypatch):
         monkeypatch.setattr(slab, "entries_per_segment_on_device", lambda *args, counted=counted: counted)
         for matrix in (A, CSR.from_scipy(A)):  # counted on the host, or on the GPU for a device CSR
             assert dispatch.slab_pays(matrix, 64, 4) == pays, (type(matrix).__name__, A.nnz / A.shape[0], counted)
+
+
+def test_the_slab_kernel_is_vetoed_where_its_segments_outrun_hps_gathers(monkeypatch):
+    """The measured cases (H200, 132 SMs, float32, kernel time): segments x SLAB_SEGMENT_NS an SM
+    against HP's gathers; the veto keeps the thresholds' winners and refuses the rows of 300."""
+    monkeypatch.setattr(dispatch, "device_limits", lambda: (132, 2048, 65536))
+    # (entries, segments over all column tiles, N, slab faster?): slab 1061 us against HP's 517
+    assert not dispatch.slab_outruns_hp(18_173_466, 4_376_321, 64, 4)
+    cases = ((1_038_000, 157_273, 64, True),   # tolokers N = 64: slab 36.8 us, HP 40.8
+             (1_038_000, 487_324, 256, True),  # tolokers N = 256, two column tiles: 108.7 against 114.7
+             (103_689, 28_883, 128, True),     # wiki-vote directed N = 128: 13.2 against 18.0
+             (62_742, 7_698, 64, True))        # chameleon N = 64: 6.1 against 9.9
+    for nnz, segments, n, faster in cases:
+        assert dispatch.slab_outruns_hp(nnz, segments, n, 4) == faster
+    # float64 gathers twice the bytes, so HP's predicted time doubles and the veto relents
+    assert dispatch.slab_outruns_hp(18_173_466, 4_376_321, 64, 8)
+
+
+def test_auto_asks_the_veto_with_the_segments_of_every_column_tile(monkeypatch):
+    an_h100(monkeypatch)
+    A = sp.random(64, 4096, density=0.05, format="csr", random_state=0, dtype=np.float32)
+    monkeypatch.setattr(dispatch, "entries_per_segment", lambda *args: 5.0)
+    asked = []
+
+    def veto(nnz, segments, n_cols, itemsize):
+        asked.append((nnz, segments, n_cols, itemsize))
+        return False
+
+    monkeypatch.setattr(dispatch, "slab_outruns_hp", veto)
+    assert not dispatch.slab_pays(A, 256, 4)  # (5 entries per segment would take the slab kernel)
+    assert asked == [(A.nnz, pytest.approx(A.nnz / 5.0 * 2), 256, 4)]  # two column tiles of 128
 
 
 def test_the_balanced_tiling_is_worked_out_once_per_width(monkeypatch):
