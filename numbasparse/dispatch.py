@@ -101,6 +101,8 @@ SLAB_MIN_COLUMNS = 64
 #: HP time / slab time: 0.91-1.27x up to a quarter of L2, 0.71-1.12x from a quarter to a half,
 #: 0.53-1.06x past it; the web crawls (B 1.6-6.4x L2) ran 1.00-1.25x faster on HP.  A quarter
 #: is a compromise: tolokers (rows of 88) loses from 0.23, wiki-vote and chameleon win to 0.36.
+#: Tiles dealt in the order of their rows instead kept those copies' C rows in L2 (hit rate 65
+#: -> 85%) but ran real graphs 0.72-0.85x as fast (benchmarks/NOTES.md, measured dead ends).
 SLAB_MAX_L2_SHARE = 0.25
 #: ... and where the slab kernel's predicted time is at most SLAB_GUARD_MARGIN times HP's
 #: (:func:`slab_outruns_hp`, a veto for large graphs of long rows near the thresholds above).
@@ -109,8 +111,8 @@ SLAB_MAX_L2_SHARE = 0.25
 #: graph that fills the GPU is bound by the bytes it gathers from L2, HP_GATHER_BYTES_PER_SM a
 #: second per SM, plus HP_FIXED_US on small graphs.  Measured (H200, float32 sum, kernel time;
 #: BENCHMARKS.md "Column-slab SpMM", "The slab kernel's segments against HP's gathers"): the
-#: slab kernel 190-320 ps a segment over 132 SMs on graphs of 0.2-18M entries (25-42 ns an SM),
-#: HP 0.41-0.50 ps an entry-column on graphs of 1M entries or more (8-9.8 TB/s of gathers).
+#: slab kernel 190-320 ps a segment over 132 SMs on graphs of 0.8-18M entries (25-42 ns an SM),
+#: HP 0.41-0.61 ps an entry-column there (6.6-9.8 TB/s of gathers).
 #: Where the thresholds took the slab kernel on rows of 300 (18M entries, 4.2 entries per
 #: segment, N = 64) it ran 2.05x HP's time; the model predicts 1.74x.  The margin covers the
 #: constants' spread; the measured picks of the thresholds all keep the slab kernel.
