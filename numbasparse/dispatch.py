@@ -27,11 +27,11 @@ spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs 
           the tiles' B rows miss L2; HP on short rows is         and in 16 of 22 below 4 (slab
           latency-bound (Nsight Compute: 21-31% of L2            1.08-1.34x on Cora, Citeseer,
           throughput), so the slab kernel pays sooner;           amazon-photo, wiki-vote directed;
-          and unless its segments' predicted time outruns        the last, rows of 17 at 3.6,
-          HP's gathers' (:func:`slab_outruns_hp`): its cost      taken by the short-row threshold;
-          is per segment whatever N, HP's per byte, so on        "What limits HP on the worst
-          large graphs of long rows at N = 64 the thresholds     cases");
-          are too low                                            N = 32: HP faster on the large
+          and where its segments' predicted time keeps up        the last, rows of 17 at 3.6,
+          with HP's gathers' (:func:`slab_keeps_up_with_hp`):    taken by the short-row threshold;
+          its cost is per segment whatever N, HP's per byte,     "What limits HP on the worst
+          so on large graphs of long rows at N = 64 the          cases");
+          thresholds are too low                                 N = 32: HP faster on the large
                                                                  graphs whatever the segments
                                                                  ("Column-slab SpMM",
                                                                  h100-2026-11-27/slab_balance.jsonl);
@@ -105,17 +105,18 @@ SLAB_MIN_COLUMNS = 64
 #: -> 85%) but ran real graphs 0.72-0.85x as fast (benchmarks/NOTES.md, measured dead ends).
 SLAB_MAX_L2_SHARE = 0.25
 #: ... and where the slab kernel's predicted time is at most SLAB_GUARD_MARGIN times HP's
-#: (:func:`slab_outruns_hp`, a veto for large graphs of long rows near the thresholds above).
+#: (:func:`slab_keeps_up_with_hp`, a veto for large graphs of long rows near the thresholds above).
 #: The slab kernel is bound by its segments, not by N: an SM retires one (its chain of loads,
 #: then the flush of a partial row) every SLAB_SEGMENT_NS at N = 64, 128 or 256, while HP on a
 #: graph that fills the GPU is bound by the bytes it gathers from L2, HP_GATHER_BYTES_PER_SM a
 #: second per SM, plus HP_FIXED_US on small graphs.  Measured (H200, float32 sum, kernel time;
 #: BENCHMARKS.md "Column-slab SpMM", "The slab kernel's segments against HP's gathers"): the
 #: slab kernel 190-320 ps a segment over 132 SMs on graphs of 0.8-18M entries (25-42 ns an SM),
-#: HP 0.41-0.61 ps an entry-column there (6.6-9.8 TB/s of gathers).
-#: Where the thresholds took the slab kernel on rows of 300 (18M entries, 4.2 entries per
-#: segment, N = 64) it ran 2.05x HP's time; the model predicts 1.74x.  The margin covers the
-#: constants' spread; the measured picks of the thresholds all keep the slab kernel.
+#: HP 0.41-0.61 ps an entry-column there (6.5-9.8 TB/s of gathers).  Where the thresholds
+#: took the slab kernel on rows of 300 (18M entries, 4.2 entries per segment, N = 64) it ran
+#: 2.05x HP's time; the model predicts 1.74x.  The margin covers the constants' spread; the
+#: measured picks of the thresholds all keep the slab kernel.  Fitted on float32 with the
+#: widest lanes (float64's segments and misaligned operands' narrower lanes are not timed).
 SLAB_SEGMENT_NS = 32.0
 HP_GATHER_BYTES_PER_SM = 60e9
 HP_FIXED_US = 10.0
@@ -398,11 +399,11 @@ def slab_min_segment(nnz, nonempty):
     return SLAB_MIN_SEGMENT_SHORT_ROWS if hp.short_rows(nnz, nonempty) else SLAB_MIN_SEGMENT
 
 
-def slab_outruns_hp(nnz, segments, n_cols, itemsize):
-    """False where the column-slab SpMM's predicted time, ``segments`` (over all column tiles)
-    at SLAB_SEGMENT_NS each per SM, exceeds SLAB_GUARD_MARGIN times HP-SpMM's, HP_FIXED_US plus
-    its gathers (``nnz`` rows of ``n_cols`` values of ``itemsize`` bytes) at
-    HP_GATHER_BYTES_PER_SM per SM, on this GPU's SMs."""
+def slab_keeps_up_with_hp(nnz, segments, n_cols, itemsize):
+    """True where the column-slab SpMM's predicted time, ``segments`` (over all column tiles)
+    at SLAB_SEGMENT_NS each per SM, is at most SLAB_GUARD_MARGIN times HP-SpMM's, HP_FIXED_US
+    plus its gathers (``nnz`` rows of ``n_cols`` values of ``itemsize`` bytes) at
+    HP_GATHER_BYTES_PER_SM per SM, on this GPU's SMs; False: ``auto`` vetoes the slab kernel."""
     sms = device_limits()[0]
     slab_us = segments * SLAB_SEGMENT_NS / sms / 1e3
     hp_us = HP_FIXED_US + nnz * n_cols * itemsize / (HP_GATHER_BYTES_PER_SM * sms) * 1e6
@@ -414,7 +415,7 @@ def slab_pays(A, n_cols, itemsize):
     SLAB_MIN_COLUMNS, B takes at most SLAB_MAX_L2_SHARE of the L2 cache, the default tiling's
     segments (runs of a row's entries in one column slab) average >= SLAB_MIN_SEGMENT entries
     (SLAB_MIN_SEGMENT_SHORT_ROWS on graphs of short rows), counted on A's pattern, and their
-    predicted time does not outrun HP's (:func:`slab_outruns_hp`).  Counted on the GPU for a
+    predicted time keeps up with HP's (:func:`slab_keeps_up_with_hp`).  Counted on the GPU for a
     device :class:`~numbasparse.CSR` (the answer kept in ``A.cache``: the rule runs on every
     call), on the host for a scipy matrix (L2, SMs and the tiling are the current GPU's either
     way)."""
@@ -435,7 +436,8 @@ def slab_pays(A, n_cols, itemsize):
             counted = slab.entries_per_segment_on_device(A, width)
         if counted < needed:
             return False
-        return slab_outruns_hp(A.nnz, A.nnz / counted * cdiv(n_cols, tile_cols), n_cols, itemsize)
+        # (segments uncut: up to counted / max_segment fewer than the kernel runs, a few percent)
+        return slab_keeps_up_with_hp(A.nnz, A.nnz / counted * cdiv(n_cols, tile_cols), n_cols, itemsize)
 
     return decide() if sp.issparse(A) else A.cache.get_or_build("plans", ("slab_pays", n_cols, itemsize), decide)
 
