@@ -116,7 +116,8 @@ SLAB_MAX_L2_SHARE = 0.25
 #: took the slab kernel on rows of 300 (18M entries, 4.2 entries per segment, N = 64) it ran
 #: 2.05x HP's time; the model predicts 1.74x.  The margin covers the constants' spread; the
 #: measured picks of the thresholds all keep the slab kernel.  Fitted on float32 with the
-#: widest lanes (float64's segments and misaligned operands' narrower lanes are not timed).
+#: widest lanes (float64's segments and misaligned operands' narrower lanes are not timed);
+#: ``benchmarks/probes/slab_veto.py`` measures both rates on another GPU.
 SLAB_SEGMENT_NS = 32.0
 HP_GATHER_BYTES_PER_SM = 60e9
 HP_FIXED_US = 10.0
