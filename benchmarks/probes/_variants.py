@@ -1,5 +1,5 @@
 """What the kernel-variant probes (``hp_wide.py``, ``sddmm_group.py``, ``spmm_variants.py``,
-``slab_l2.py``) share: every .npz graph of a folder with random weights, the check of each
+``slab_l2.py``, ``slab_veto.py``) share: graphs with random weights (every .npz graph of a folder), the check of each
 variant's result, and checked, interleaved timing of variants against the rule's."""
 import glob
 
@@ -7,18 +7,23 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def weighted_graphs(folder, rng):
-    """(name, scipy CSR, device CSR, torch CUDA CSR) per .npz graph in ``folder``, float32 weights
-    drawn from [0.5, 1.5) (never all ones)."""
+def weighted(A, rng):
+    """(A, device CSR, torch CUDA CSR) of scipy CSR ``A`` given float32 weights drawn from
+    [0.5, 1.5) (never all ones; A's own values are replaced)."""
     import torch
 
     from numbasparse.csr import CSR
 
+    A.data = rng.uniform(0.5, 1.5, A.nnz).astype(np.float32)
+    T = torch.sparse_csr_tensor(*(torch.from_numpy(a).cuda() for a in (A.indptr, A.indices, A.data)), A.shape)
+    return A, CSR.from_scipy(A, dtype=np.float32), T
+
+
+def weighted_graphs(folder, rng):
+    """(name, scipy CSR, device CSR, torch CUDA CSR) per .npz graph in ``folder``, weighted as
+    :func:`weighted` does."""
     for path in sorted(glob.glob(f"{folder}/*.npz")):
-        A = sp.load_npz(path).tocsr()
-        A.data = rng.uniform(0.5, 1.5, A.nnz).astype(np.float32)
-        T = torch.sparse_csr_tensor(*(torch.from_numpy(a).cuda() for a in (A.indptr, A.indices, A.data)), A.shape)
-        yield path.split("/")[-1][:-4], A, CSR.from_scipy(A, dtype=np.float32), T
+        yield (path.split("/")[-1][:-4], *weighted(sp.load_npz(path).tocsr(), rng))
 
 
 def errors(variants, output, expected, skip=()):

@@ -15,10 +15,9 @@ import scipy.sparse as sp
 import torch
 from numba import cuda
 
-from _variants import errors
+from _variants import errors, weighted
 from numbasparse import dispatch
 from numbasparse.bench.timing import time_kernels
-from numbasparse.csr import CSR
 from numbasparse.cuda import hp, slab
 from numbasparse.cuda.device import memory_system
 
@@ -33,10 +32,7 @@ l2_bytes = memory_system()[0]
 for name in args.graphs.split(","):
     base = sp.load_npz(f"{args.folder}/{name}.npz").tocsr()
     for k in (int(x) for x in args.copies.split(",")):
-        A = sp.block_diag([base] * k, format="csr")
-        A.data = rng.uniform(0.5, 1.5, A.nnz).astype(np.float32)
-        dev = CSR.from_scipy(A, dtype=np.float32)
-        T = torch.sparse_csr_tensor(*(torch.from_numpy(a).cuda() for a in (A.indptr, A.indices, A.data)), A.shape)
+        A, dev, T = weighted(sp.block_diag([base] * k, format="csr"), rng)
         for n in (int(x) for x in args.n.split(",")):
             Bt = torch.from_numpy(rng.standard_normal((A.shape[1], n)).astype(np.float32)).cuda()
             B = cuda.as_cuda_array(Bt)

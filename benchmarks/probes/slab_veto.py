@@ -8,6 +8,8 @@ pick.  On graphs that fill the GPU (1M entries or more) the two rates are the co
 graphs add fixed costs.
 
     python benchmarks/probes/slab_veto.py GRAPH.npz... [--n 64,128,256] > OUT.txt
+
+Imports ``_variants`` from its own folder (run it as a script).
 """
 import argparse
 
@@ -16,9 +18,9 @@ import scipy.sparse as sp
 import torch
 from numba import cuda
 
+from _variants import errors, weighted
 from numbasparse import dispatch
 from numbasparse.bench.timing import time_kernels
-from numbasparse.csr import CSR
 from numbasparse.cuda import hp, slab
 from numbasparse.cuda.device import cdiv, device_limits
 from numbasparse.preprocess.slab_tiles import SlabTiles
@@ -30,25 +32,16 @@ args = parser.parse_args()
 sms = device_limits()[0]
 rng = np.random.default_rng(0)
 for path in args.graphs:
-    A = sp.load_npz(path).tocsr().astype(np.float32)
+    A = sp.load_npz(path).tocsr()
     A.sort_indices()
-    A.data = rng.uniform(0.5, 1.5, A.nnz).astype(np.float32)
-    dev = CSR.from_scipy(A, dtype=np.float32)
-    T = torch.sparse_csr_tensor(*(torch.from_numpy(a).cuda() for a in (A.indptr, A.indices, A.data)), A.shape)
+    A, dev, T = weighted(A, rng)
     for n in (int(x) for x in args.n.split(",")):
         Bt = torch.from_numpy(rng.standard_normal((A.shape[1], n)).astype(np.float32)).cuda()
         B = cuda.as_cuda_array(Bt)
         Ct = torch.empty((A.shape[0], n), device="cuda")
         C = cuda.as_cuda_array(Ct)
         runs = {"hp": lambda: hp.spmm_hp(dev, B, C, "sum"), "slab": lambda: slab.spmm_slab(dev, B, C, "sum")}
-        expected = torch.sparse.mm(T, Bt)
-        bad = []
-        for label, run in runs.items():
-            Ct.fill_(float("nan"))
-            run()
-            error = float(torch.linalg.norm(Ct - expected) / torch.linalg.norm(expected))
-            if not error < 1e-5:
-                bad.append(f"{label}:{error:.1e}")
+        bad = [f"{label}:{error:.1e}" for label, error in errors(runs, Ct, torch.sparse.mm(T, Bt)).items()]
         runs["cusparse"] = lambda: torch.sparse.mm(T, Bt)
         us = {label: min(time_kernels(run, repeat=10) for _ in range(3)) * 1e3 for label, run in runs.items()}
         vec, _ = slab.lane_layout(n, 4, B, C)
