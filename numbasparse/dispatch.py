@@ -17,8 +17,9 @@ spmm      ``hp`` for float16/bfloat16 operands                   the kernels tha
                                                                  store whole rows, rounded once;
                                                                  the others combine partial rows
                                                                  atomically in C's dtype
-spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs x N = 64..256
-          SLAB_MAX_L2_SHARE of L2 and the default tiling's       (balanced tiles): at >= 4 and B
+spmm      ``slab`` where N >= SLAB_MIN_COLUMNS (64 on short     18 real graphs x N = 64..256
+          rows), B takes at most                                 (balanced tiles): at >= 4 and B
+          SLAB_MAX_L2_SHARE of L2 and the default tiling's
           segments (a row's entries in one column slab)          within a quarter of L2, slab
           average >= SLAB_MIN_SEGMENT entries (3.5 where the     faster than HP in 9 of 10 cases
           mean row is short), counted on A's pattern             (1.13-1.66x by kernel time;
@@ -31,10 +32,14 @@ spmm      ``slab`` where N >= SLAB_MIN_COLUMNS, B takes at most  18 real graphs 
           with HP's gathers' (:func:`slab_keeps_up_with_hp`):    taken by the short-row threshold;
           its cost is per segment whatever N, HP's per byte,     "What limits HP on the worst
           so on large graphs of long rows at N = 64 the          cases");
-          thresholds are too low                                 N = 32: HP faster on the large
-                                                                 graphs whatever the segments
-                                                                 ("Column-slab SpMM",
-                                                                 h100-2026-11-27/slab_balance.jsonl);
+          thresholds are too low                                 N = 32 (lane groups, H200): slab
+                                                                 1.04-1.68x faster than HP at >= 4
+                                                                 on seven shared and synthetic
+                                                                 graphs; on short rows (HP's one
+                                                                 launch against the slab kernel's
+                                                                 fill and kernel) 0.75x back to
+                                                                 back ("Lane groups in the slab
+                                                                 kernel");
                                                                  rows of 300, 18M entries, N = 64,
                                                                  4.2 per segment: slab 2.05x HP's
                                                                  time (H200), vetoed
@@ -67,6 +72,7 @@ HP-SpMM's own layout, depth, DTP and launch-mode rules live with the kernel
 (:mod:`numbasparse.cuda.slab`).
 """
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,7 +99,14 @@ SLAB_MIN_SEGMENT = 4.0
 #: latency-bound, so the slab kernel pays at fewer entries per segment (BENCHMARKS.md "What
 #: limits HP on the worst cases").
 SLAB_MIN_SEGMENT_SHORT_ROWS = 3.5
-SLAB_MIN_COLUMNS = 64
+#: ... and N >= SLAB_MIN_COLUMNS: at N = 32 the slab kernel runs four segments a warp (lane
+#: groups) and was 1.04-1.68x faster than HP at the thresholds above (H200, BENCHMARKS.md "Lane
+#: groups in the slab kernel"); narrower B rows are left to HP, unmeasured.  On short rows
+#: SLAB_MIN_COLUMNS_SHORT_ROWS: there HP writes C in one launch, while the slab kernel needs a
+#: fill first, a second GPU operation that a small kernel's gain does not pay for (wiki-vote
+#: directed N = 32: kernel 12.0 -> 7.2 µs, yet 0.75x back to back).
+SLAB_MIN_COLUMNS = 32
+SLAB_MIN_COLUMNS_SHORT_ROWS = 64
 #: ... and where B (A's columns x N) takes at most this share of the L2 cache: the slab kernel
 #: deals its tiles in size order over the whole matrix, so the B rows in use at once span many
 #: slabs and stop hitting L2, while HP sweeps rows in order.  k block-diagonal copies of three
@@ -394,10 +407,13 @@ def algorithms(op, backend=None):
     return tuple(name for name, a in TABLES[op].items() if backend in (None, a.backend))
 
 
-def slab_min_segment(nnz, nonempty):
+def slab_min_segment(nnz, nonempty, n_cols):
     """The entries per segment the slab kernel needs on a graph of ``nnz`` entries in
-    ``nonempty`` non-empty rows (lower where HP's rows are short: :func:`hp.short_rows`)."""
-    return SLAB_MIN_SEGMENT_SHORT_ROWS if hp.short_rows(nnz, nonempty) else SLAB_MIN_SEGMENT
+    ``nonempty`` non-empty rows at N = ``n_cols`` (lower where HP's rows are short:
+    :func:`hp.short_rows`; infinite there below SLAB_MIN_COLUMNS_SHORT_ROWS)."""
+    if not hp.short_rows(nnz, nonempty):
+        return SLAB_MIN_SEGMENT
+    return SLAB_MIN_SEGMENT_SHORT_ROWS if n_cols >= SLAB_MIN_COLUMNS_SHORT_ROWS else math.inf
 
 
 def slab_keeps_up_with_hp(nnz, segments, n_cols, itemsize):
@@ -413,7 +429,8 @@ def slab_keeps_up_with_hp(nnz, segments, n_cols, itemsize):
 
 def slab_pays(A, n_cols, itemsize):
     """True where ``algorithm="auto"`` runs the column-slab SpMM rather than HP-SpMM: N >=
-    SLAB_MIN_COLUMNS, B takes at most SLAB_MAX_L2_SHARE of the L2 cache, the default tiling's
+    SLAB_MIN_COLUMNS (SLAB_MIN_COLUMNS_SHORT_ROWS on graphs of short rows), B takes at most
+    SLAB_MAX_L2_SHARE of the L2 cache, the default tiling's
     segments (runs of a row's entries in one column slab) average >= SLAB_MIN_SEGMENT entries
     (SLAB_MIN_SEGMENT_SHORT_ROWS on graphs of short rows), counted on A's pattern, and their
     predicted time keeps up with HP's (:func:`slab_keeps_up_with_hp`).  Counted on the GPU for a
@@ -426,14 +443,16 @@ def slab_pays(A, n_cols, itemsize):
     def decide():
         if A.shape[1] * n_cols * itemsize > SLAB_MAX_L2_SHARE * memory_system()[0]:
             return False
-        vec, _ = slab.lane_layout(n_cols, itemsize)
-        tile_cols, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
-        if sp.issparse(A):
-            host = A.tocsr()
-            needed = slab_min_segment(host.nnz, nonempty_rows(host.indptr))
+        lanes, vec, _ = slab.lane_layout(n_cols, itemsize)
+        tile_cols, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, lanes * vec)
+        host = A.tocsr() if sp.issparse(A) else None
+        nonempty = nonempty_rows(host.indptr) if host is not None else hp.pattern_fact(A, "nonempty_rows")
+        needed = slab_min_segment(A.nnz, nonempty, n_cols)
+        if needed == math.inf:
+            return False
+        if host is not None:
             counted = entries_per_segment(host.indptr, host.indices, width)
         else:
-            needed = slab_min_segment(A.nnz, hp.pattern_fact(A, "nonempty_rows"))
             counted = slab.entries_per_segment_on_device(A, width)
         if counted < needed:
             return False

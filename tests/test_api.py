@@ -206,7 +206,8 @@ def test_auto_rule_follows_the_measurements():
     dense = ns.CSR.from_scipy(sp.csr_matrix(np.ones((512, 512), np.float32)))  # whole rows in each slab
     assert dispatch.auto_name("spmm", "cuda", 64, 4, sparse) == "hp"
     assert dispatch.auto_name("spmm", "cuda", 128, 4, dense) == "slab"  # B rows re-used from L1
-    assert dispatch.auto_name("spmm", "cuda", 32, 4, dense) == "hp"  # N < SLAB_MIN_COLUMNS
+    assert dispatch.auto_name("spmm", "cuda", 32, 4, dense) == "slab"  # four segments a warp
+    assert dispatch.auto_name("spmm", "cuda", 16, 4, dense) == "hp"  # N < SLAB_MIN_COLUMNS
     assert dispatch.auto_name("spmm", "cuda", 128, 2, dense, np.dtype(np.float16)) == "hp"  # 16-bit C
     assert dispatch.auto_name("sddmm", "cuda", 128, 4, dense) == "hp"
     assert dispatch.auto_name("spmm", "cpu", 64, 4, dense) == "cpu_rows"

@@ -2,13 +2,14 @@
 
     python tools/ab_slab.py [--n 64,128,256] [--l1-kb 160,224] [--waves rule,1,2]
                             [--max-segment 32,64] [--red vector,transpose] [--column-first 1,0]
-                            [--stats] GRAPH...
+                            [--lane-groups 1,0] [--stats] GRAPH...
 
 GRAPH as in tools/ab_hp.py (sampled:rmat:20 is the workload the slab kernel is for).  Each case
 checks both results against the float64 reference, then prints HP's microseconds and, for every
 combination of the options (L1 budget of a slab, tiles per SM and column tile, longest segment,
 partial-row flush: one vector reduction per lane or a shared-memory transpose and coalesced
-scalar atomics, address order of the loads), the slab kernel's and HP/slab.  Each combination is
+scalar atomics, address order of the loads, lane groups where N is narrower than 32 full
+vectors or narrower vectors), the slab kernel's and HP/slab.  Each combination is
 a ``slab.SlabConfig`` (``dataclasses.replace`` of ``slab.DEFAULT``) passed to ``spmm_slab``; the
 first value of each option is the default's.  With ``--stats``, also the tiles' B-row re-use and
 entries per segment (gathers per atomic flush) on the first 4 graphs.  Imports ``ab_hp`` from its own folder (run it as a script)."""
@@ -55,6 +56,8 @@ def main():
                         help="partial-row flushes: vector,transpose")
     parser.add_argument("--column-first", default=str(int(default.column_first)),
                         help="address order of the loads: 1,0")
+    parser.add_argument("--lane-groups", default=str(int(default.lane_groups)),
+                        help="segments a warp at narrow N: 1 (lane groups), 0 (whole warps, narrower vectors)")
     parser.add_argument("--stats", action="store_true")
     args = parser.parse_args()
     rule = default.waves, default.waves_narrow
@@ -66,22 +69,23 @@ def main():
             dense, expected = [d for _, d, _ in ops], [e for _, _, e in ops]
             base, err = timed(As, dense, expected, lambda A, B, C: hp.spmm_hp(A, B, C, "sum"))
             print(f"{spec} N={n}: hp {base:8.1f} us{'' if err < 1e-5 else ' WRONG'}", flush=True)
-            for kb, waves, longest, red, first in itertools.product(
+            for kb, waves, longest, red, first, groups in itertools.product(
                     args.l1_kb.split(","), args.waves.split(","), args.max_segment.split(","), args.red.split(","),
-                    args.column_first.split(",")):
+                    args.column_first.split(","), args.lane_groups.split(",")):
                 wave, narrow = rule if waves == "rule" else (int(waves), int(waves))
                 config = dataclasses.replace(default, l1_bytes=int(kb) * 1024, max_segment=int(longest),
                                              waves=wave, waves_narrow=narrow, vector_red=red == "vector",
-                                             column_first=first == "1")
+                                             column_first=first == "1", lane_groups=groups == "1")
                 us, err = timed(As, dense, expected,
                                 lambda A, B, C, config=config: slab.spmm_slab(A, B, C, "sum", config=config))
-                print(f"    slab L1 {kb:>3} KB, waves {waves:>4}, segments <= {longest:>3}, {red:9}, column first {first}:"
+                print(f"    slab L1 {kb:>3} KB, waves {waves:>4}, segments <= {longest:>3}, {red:9}, column first {first},"
+                      f" lane groups {groups}:"
                       f" {us:8.1f} us{'' if err < 1e-5 else ' WRONG'}  hp/slab {base / us:5.2f}", flush=True)
                 if args.stats:
                     stats = []
                     for A in As[:4]:
-                        vec, _ = slab.lane_layout(n, 4, config=config)
-                        width, per_tile = slab.balanced_tiling(A.indices, A.shape[1], n, 4, vec, config)[1:]
+                        lanes, vec, _ = slab.lane_layout(n, 4, config=config)
+                        width, per_tile = slab.balanced_tiling(A.indices, A.shape[1], n, 4, lanes * vec, config)[1:]
                         tiles = SlabTiles(A.indptr, A.indices, A.shape, width, per_tile, config.max_segment,
                                           config.warps)
                         stats.append((tiles.reuse(A.indptr, A.indices), tiles.entries_per_segment))

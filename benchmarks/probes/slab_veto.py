@@ -2,7 +2,8 @@
 (``dispatch.slab_keeps_up_with_hp``): per graph and N, float32 sum, the kernel time (CUPTI, best
 of 3 x 10, each result checked against cuSPARSE first) of HP-SpMM, the slab kernel and
 cuSPARSE; the slab kernel's picoseconds per segment (its segments as the kernel cuts them, over
-all column tiles: SLAB_SEGMENT_NS is that times the SM count), HP's picoseconds per
+all column tiles: SLAB_SEGMENT_NS is that times the SM count; lane groups run several at
+once, faster than the constant), HP's picoseconds per
 entry-column (its gathers' rate: HP_GATHER_BYTES_PER_SM), the veto's predictions and ``auto``'s
 pick.  On graphs that fill the GPU (1M entries or more) the two rates are the constants; small
 graphs add fixed costs.
@@ -44,13 +45,13 @@ for path in args.graphs:
         bad = [f"{label}:{error:.1e}" for label, error in errors(runs, Ct, torch.sparse.mm(T, Bt)).items()]
         runs["cusparse"] = lambda: torch.sparse.mm(T, Bt)
         us = {label: min(time_kernels(run, repeat=10) for _ in range(3)) * 1e3 for label, run in runs.items()}
-        vec, _ = slab.lane_layout(n, 4, B, C)
-        tile_cols, width, per_tile = slab.balanced_tiling(A.indices, A.shape[1], n, 4, vec)
+        lanes, vec, _ = slab.lane_layout(n, 4, B, C)
+        tile_cols, width, per_tile = slab.balanced_tiling(A.indices, A.shape[1], n, 4, lanes * vec)
         tiles = SlabTiles(A.indptr, A.indices, A.shape, width, per_tile, slab.DEFAULT.max_segment, slab.DEFAULT.warps)
         segments = tiles.seg_row.size * cdiv(n, tile_cols)
         slab_pred = segments * dispatch.SLAB_SEGMENT_NS / sms / 1e3
         hp_pred = dispatch.HP_FIXED_US + A.nnz * n * 4 / (dispatch.HP_GATHER_BYTES_PER_SM * sms) * 1e6
-        print(f"{path.split('/')[-1][:-4]} N={n} nnz={A.nnz} segments={segments} "
+        print(f"{path.split('/')[-1][:-4]} N={n} nnz={A.nnz} segments={segments} lanes={lanes} "
               + " ".join(f"{label}={t:.1f}us" for label, t in us.items())
               + f" slab_ps_per_segment={us['slab'] * 1e6 / segments:.0f} (x{sms} SMs = {us['slab'] * 1e3 * sms / segments:.1f} ns)"
               + f" hp_ps_per_entry_column={us['hp'] * 1e6 / (A.nnz * n):.3f}"

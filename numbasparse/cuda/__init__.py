@@ -48,12 +48,15 @@ def kernel_configs():
                             (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
                              numba.int64)))
         for reduce, code in reductions.CODES.items():
-            for vec in (v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.VECTOR_BYTES):
+            vecs = [v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.VECTOR_BYTES]
+            # whole warps at every width; lane groups with the widest vectors (float32 N = 64, 32)
+            groups = [(16, 4), (8, 4)] if np.dtype(value).itemsize == 4 else []
+            for lanes, vec in [(32, v) for v in vecs] + groups:
                 depth = slab.gather_depth(vec, np.dtype(value).itemsize)
                 config = slab.DEFAULT
-                configs.append((f"spmm_slab vec={vec} depth={depth} {reduce} {value}/{index}",
+                configs.append((f"spmm_slab lanes={lanes} vec={vec} depth={depth} {reduce} {value}/{index}",
                                 slab.spmm_slab_kernel(code, vec, depth, config.warps, value, index, config.vector_red,
-                                                      config.column_first),
+                                                      config.column_first, lanes),
                                 (*csr, I[::1], I[::1], I[::1], I[::1], V[:, ::1], V[:, ::1])))
         configs.append((f"fill_all {value}", fill.fill_all_kernel(value), (V[:, ::1],)))
         configs.append((f"fill_rows {value}/{index}", fill.fill_rows_kernel(value, index), (I[::1], I[::1], V[:, ::1], V, V)))

@@ -41,6 +41,9 @@ from .intrinsics import (atomic_max_float, atomic_min_float, shfl_idx, syncwarp,
 MAX_REGISTERS = 64
 #: Widest column vector of a lane: 4 float32 or 2 float64 (4 float64 spill under the cap).
 VECTOR_BYTES = 16
+#: Fewest lanes a segment takes (:func:`lane_layout`): a narrow column tile is split into lane
+#: groups of at least this many lanes, each running its own segment.
+MIN_LANES = 8
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,10 @@ class SlabConfig:
     l1_bytes: bytes of B rows a tile may read (one slab x one column tile): most of the L1 an SM
         has left when no shared memory is used.
     gather_bytes, max_depth: bytes of B a lane loads ahead (``depth`` entries' vectors before the
-        first is used), at most ``max_depth`` entries: what fits in MAX_REGISTERS.
+        first is used), at most ``max_depth`` entries: what fits in MAX_REGISTERS (float64:
+        half the bytes, whose 64-bit arithmetic leaves fewer registers: 64 bytes spill).  Four
+        entries of 16 bytes rather than two: on graphs under a wave a segment is a chain of
+        dependent gathers (BENCHMARKS.md "Lane groups in the slab kernel").
     waves, waves_narrow: blocks per SM over all tiles and column tiles; ``waves_narrow`` where a
         column tile is at most 64 columns wide (lighter entries: larger tiles pay).
     max_segment: longest segment (entries): a hub row's piece of a slab is cut into pieces of at
@@ -60,44 +66,60 @@ class SlabConfig:
     vector_red: float32 sums and means combine a lane's partial columns with one vector reduction
         (``red.global.add.v4.f32``) instead of a shared-memory transpose and scalar atomics.
     column_first: address B's rows and C's columns column first (:func:`intrinsics._item_pointer`).
+    lane_groups: where N is narrower than 32 lanes of full vectors, split the warp into groups of
+        fewer lanes, each taking its own segment (N = 64 float32: two groups of 16 lanes x 4
+        columns), rather than narrowing the vectors: the instructions of a segment serve
+        twice the columns (a segment's cost is its instructions, BENCHMARKS.md "The slab
+        kernel's segments against HP's gathers").
     """
     warps: int = 32
     l1_bytes: int = 160 * 1024
-    gather_bytes: int = 32
+    gather_bytes: int = 64
     max_depth: int = 4
     waves: int = 2
     waves_narrow: int = 1
     max_segment: int = 32
     vector_red: bool = True
     column_first: bool = True
+    lane_groups: bool = True
 
 
 DEFAULT = SlabConfig()
 
 
 def lane_layout(n_cols, itemsize, *arrays, config=None):
-    """(vec, depth): each lane owns ``vec`` consecutive columns of a column tile of ``32 * vec``,
-    as wide as the alignment of ``arrays`` (B, C) allows and at most N / 32 and VECTOR_BYTES, and
-    loads ``depth`` entries' vectors ahead (:func:`gather_depth`)."""
+    """(lanes, vec, depth): a segment is computed by a group of ``lanes`` lanes (32 / lanes
+    groups a warp), each lane owning ``vec`` consecutive columns of a column tile of
+    ``lanes * vec``; ``vec`` as wide as the alignment of ``arrays`` (B, C) and VECTOR_BYTES
+    allow, then the groups narrowed to at most N columns (down to MIN_LANES lanes; always 32
+    without ``config.lane_groups`` and for float64, whose groups spill under the register cap),
+    then the vectors; each lane loads ``depth`` entries' vectors ahead (:func:`gather_depth`)."""
+    config = config or DEFAULT
     vec = vector_width(n_cols, itemsize, *arrays)
-    while vec > 1 and (WARP * vec > n_cols or vec * itemsize > VECTOR_BYTES):
+    while vec > 1 and vec * itemsize > VECTOR_BYTES:
         vec //= 2
-    return vec, gather_depth(vec, itemsize, config)
+    lanes = WARP
+    while config.lane_groups and itemsize <= 4 and lanes > MIN_LANES and lanes * vec > n_cols:
+        lanes //= 2
+    while vec > 1 and lanes * vec > n_cols:
+        vec //= 2
+    return lanes, vec, gather_depth(vec, itemsize, config)
 
 
 def gather_depth(vec, itemsize, config=None):
     """Entries whose B vectors a lane loads before it uses the first."""
     config = config or DEFAULT
-    return max(1, min(config.max_depth, config.gather_bytes // (vec * itemsize)))
+    budget = config.gather_bytes if itemsize <= 4 else config.gather_bytes // 2
+    return max(1, min(config.max_depth, budget // (vec * itemsize)))
 
 
-def tiling(nnz, n_cols_a, n_cols, itemsize, vec, config=None):
-    """(column-tile width, slab width, entries per tile) for lanes of ``vec`` columns: slabs as
+def tiling(nnz, n_cols_a, n_cols, itemsize, tile_cols, config=None):
+    """(column-tile width, slab width, entries per tile) for column tiles of ``tile_cols``
+    (:func:`lane_layout`'s ``lanes * vec``): slabs as
     wide as ``config.l1_bytes`` of B rows allow, and tiles of equal entries, ``config.waves`` per
     SM over all column tiles (a slab's last window is partial, so the target leaves room for one
     per slab: an upper bound, which :func:`balanced_tiling` lowers from the pattern)."""
     config = config or DEFAULT
-    tile_cols = WARP * vec
     width = max(WARP, config.l1_bytes // (tile_cols * itemsize))
     n_slabs = max(1, cdiv(n_cols_a, width))
     width = cdiv(n_cols_a, n_slabs) if n_cols_a else width  # equal slabs
@@ -112,14 +134,14 @@ def _tiles_per_column_tile(n_cols, tile_cols, config):
     return max(1, cdiv(waves * device_limits()[0], cdiv(n_cols, tile_cols)))
 
 
-def balanced_tiling(indices, n_cols_a, n_cols, itemsize, vec, config=None):
+def balanced_tiling(indices, n_cols_a, n_cols, itemsize, tile_cols, config=None):
     """:func:`tiling` for a pattern of column ``indices`` (host), its entries per tile lowered
     from the bound to the size whose tiles finish first on this GPU's SMs
     (:func:`~numbasparse.preprocess.slab_tiles.balanced_tile_nnz`): the bound assumes every
     slab ends in a partial tile, so on a wide A (many slabs, most of them light) it leaves SMs
     idle."""
     config = config or DEFAULT
-    tile_cols, width, per_tile = tiling(indices.size, n_cols_a, n_cols, itemsize, vec, config)
+    tile_cols, width, per_tile = tiling(indices.size, n_cols_a, n_cols, itemsize, tile_cols, config)
     tiles = _tiles_per_column_tile(n_cols, tile_cols, config)
     slab_nnz = np.bincount(np.asarray(indices, np.int64) // width, minlength=max(1, cdiv(n_cols_a, width)))
     per_tile = balanced_tile_nnz(slab_nnz, smallest=cdiv(indices.size, tiles), largest=per_tile,
@@ -129,24 +151,27 @@ def balanced_tiling(indices, n_cols_a, n_cols, itemsize, vec, config=None):
 
 @launch.kernel_factory
 def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, vector_red=False,
-                     column_first=False):
+                     column_first=False, lanes=WARP):
     """Compile-once factory of the column-slab SpMM kernel.
 
     Thread mapping: block (b, y) computes the b-th tile of :class:`SlabTiles`' order (largest
-    first) for the column tile y of ``32 * vec`` columns; warp w of the block's ``warps`` takes
-    its own list of the tile's segments (``warp_ptr``).  Lane l owns the ``vec`` consecutive
-    columns ``y * 32 * vec + l * vec`` and reads them from B with one vector load per entry
-    (HP-SpMM's hierarchical vectorized access, paper 000).  A warp loads the (row, start, end) of
-    32 segments at once, one per lane, and each segment's (column, value) pairs 32 at a time,
-    one per lane (coalesced; the next segment's first 32 while it computes the current one),
-    and hands them to all lanes by shuffles; it loads ``depth`` entries' vectors before it uses
-    the first (more gathers in flight).  Counters and entry indices are 32-bit (with int32
-    indices), so that the loop over entries has no 64-bit arithmetic.
-    At the segment's end the warp transposes its partial row through shared memory so that
-    lane l combines columns ``l + 32 c`` into C: each atomic instruction of the warp then
-    covers 32 consecutive columns (four 32-byte sectors) instead of 32 scattered ones; or, with
-    ``vector_red`` (float32 sums and means, vec 2 or 4), each lane adds its ``vec`` columns with
-    one vector reduction (``intrinsics.vector_red_add``), no transpose."""
+    first) for the column tile y of ``lanes * vec`` columns; warp w of the block's ``warps`` takes
+    its own list of the tile's segments (``warp_ptr``), ``32 / lanes`` at a time: lane group g
+    (lanes ``g * lanes ..``) runs the list's segments g, g + 32 / lanes, ...  Lane l of a group
+    owns the ``vec`` consecutive columns ``y * lanes * vec + l * vec`` and reads them from B with
+    one vector load per entry (HP-SpMM's hierarchical vectorized access, paper 000).  A warp
+    loads the (row, start, end) of 32 segments at once, one per lane, and a group each segment's
+    (column, value) pairs ``lanes`` at a time, one per lane (coalesced; the next segment's first
+    ones while it computes the current one), and hands them to its lanes by shuffles; it loads
+    ``depth`` entries' vectors before it uses the first (more gathers in flight).  The groups of a
+    warp run in step (the shuffles take the whole warp): each runs as many entries as the longest
+    segment of the round and combines only its own.  Counters and entry indices are 32-bit (with
+    int32 indices), so that the loop over entries has no 64-bit arithmetic.
+    At the segment's end the group transposes its partial row through shared memory so that
+    lane l combines columns ``l + lanes * c`` into C: each atomic instruction of the group then
+    covers ``lanes`` consecutive columns instead of scattered ones; or, with ``vector_red``
+    (float32 sums and means, vec 2 or 4), each lane adds its ``vec`` columns with one vector
+    reduction (``intrinsics.vector_red_add``), no transpose."""
     value_type = numba.from_dtype(np.dtype(value_dtype))
     itype = numba.from_dtype(np.dtype(index_dtype))
     # a non-negative entry index as an unsigned one: no negative-index wrap-around code
@@ -158,7 +183,10 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
     load = vector_load(vec, column_first)
     MEAN, MAX, MIN = reductions.MEAN, reductions.MAX, reductions.MIN
     scale_of = mean_scale(reduce_code, value_type)
-    tile = WARP * vec
+    tile = lanes * vec
+    warp_row = WARP * vec  # a warp's partial rows in the transpose: its groups' tiles side by side
+    groups = WARP // lanes
+    group_shift = lanes.bit_length() - 1
     gathered_size = depth * vec
     vector_red = vector_red and vec > 1 and np.dtype(value_dtype) == np.float32 and reduce_code in (
         reductions.SUM, MEAN)
@@ -175,25 +203,28 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
         return zero_index, zero_value
 
     @cuda.jit(device=True, inline="always")
-    def add_chunk(acc, gathered, B, k_mine, a_mine, count, j):
-        """acc (reduce)= a_e * B[k_e, j:j + vec] over the chunk's first ``count`` entries,
-        whose (k_e, a_e) lane e holds."""
+    def add_chunk(acc, gathered, B, k_mine, a_mine, base, count, longest, j):
+        """acc (reduce)= a_e * B[k_e, j:j + vec] over the group's first ``count`` entries of the
+        chunk, whose (k_e, a_e) lane ``base + e`` holds; the warp runs ``longest`` entries (the
+        longest group's count), a group past its own loads B's row 0 and does not combine it."""
         e = i32(0)  # (Numba widens int32 sums to int64: each one is cast back)
-        while i32(e + i32(depth)) <= count:
+        while i32(e + i32(depth)) <= longest:
             for u in range(depth):
-                b = load(B, shfl_idx(k_mine, i32(e + i32(u))), j)
+                b = load(B, shfl_idx(k_mine, i32(base + e + i32(u))), j)
                 for v in range(vec):
                     gathered[u * vec + v] = b[v]
             for u in range(depth):
-                a = shfl_idx(a_mine, i32(e + i32(u)))
-                for v in range(vec):
-                    acc[v] = combine(reduce_code, acc[v], a * gathered[u * vec + v])
+                a = shfl_idx(a_mine, i32(base + e + i32(u)))
+                if groups == 1 or i32(e + i32(u)) < count:
+                    for v in range(vec):
+                        acc[v] = combine(reduce_code, acc[v], a * gathered[u * vec + v])
             e = i32(e + i32(depth))
-        while e < count:
-            b = load(B, shfl_idx(k_mine, e), j)
-            a = shfl_idx(a_mine, e)
-            for v in range(vec):
-                acc[v] = combine(reduce_code, acc[v], a * b[v])
+        while e < longest:
+            b = load(B, shfl_idx(k_mine, i32(base + e)), j)
+            a = shfl_idx(a_mine, i32(base + e))
+            if groups == 1 or e < count:
+                for v in range(vec):
+                    acc[v] = combine(reduce_code, acc[v], a * b[v])
             e = i32(e + i32(1))
 
     @cuda.jit(device=True, inline="always")
@@ -205,47 +236,70 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
             return seg_row[nonneg(mine)], seg_start[nonneg(mine)], seg_end[nonneg(mine)]
         return zero_index, zero_index, zero_index
 
+    @cuda.jit(device=True, inline="always")
+    def segment_bounds(my_start, my_end, q, n_seg):
+        """(start, end) of the batch's segment ``q`` (held by lane q), empty past ``n_seg``
+        (whole warps: q < n_seg always)."""
+        src = q if groups == 1 else q & i32(WARP - 1)
+        start, end = shfl_idx(my_start, src), shfl_idx(my_end, src)
+        if groups == 1 or q < n_seg:
+            return start, end
+        return zero_index, zero_index
+
     @cuda.jit(**options)
     def spmm_slab(indptr, indices, data, seg_row, seg_start, seg_end, warp_ptr, B, C):
         lane = i32(cuda.threadIdx.x) & i32(WARP - 1)
         warp = i32(cuda.threadIdx.x) >> i32(5)
+        group = lane >> i32(group_shift)
+        member = lane & i32(lanes - 1)  # the lane's place in its group
+        base = lane - member  # the group's first lane
         j0 = i32(cuda.blockIdx.y) * i32(tile)  # the column tile's first column
-        j = j0 + lane * i32(vec)
+        j = j0 + member * i32(vec)
         n = i32(C.shape[1])
         active = j < n
         if not active:  # (vec divides N: a started vector is complete) lanes past N load columns
             j = i32(0)  # 0..vec-1 and skip the atomics, so that the whole warp takes the shuffles
         acc = cuda.local.array(vec, value_type)
         gathered = cuda.local.array(gathered_size, value_type)
-        partial = cuda.shared.array((warps, tile), value_type)  # a warp's row, for the transpose
+        partial = cuda.shared.array((warps, warp_row), value_type)  # a warp's rows, for the transpose
         slot = cuda.blockIdx.x * warps + warp
         first, last = warp_ptr[slot], warp_ptr[slot + 1]
         for batch in range(first, last, itype(WARP)):
             my_row, my_start, my_end = lane_segment(seg_row, seg_start, seg_end, batch, last, lane)
             n_seg = i32(min(last - batch, itype(WARP)))
-            k_next, a_next = lane_pair(indices, data, shfl_idx(my_start, i32(0)), shfl_idx(my_end, i32(0)), lane)
-            for q in range(n_seg):
-                start, end, row = shfl_idx(my_start, q), shfl_idx(my_end, q), shfl_idx(my_row, q)
+            start, end = segment_bounds(my_start, my_end, group, n_seg)
+            k_next, a_next = lane_pair(indices, data, start, end, member)
+            for q0 in range(i32(0), n_seg, i32(groups)):
+                q = i32(q0 + group)  # this group's segment of the round
+                start, end = segment_bounds(my_start, my_end, q, n_seg)
+                row = shfl_idx(my_row, q if groups == 1 else q & i32(WARP - 1))
                 k_mine, a_mine = k_next, a_next
-                if i32(q + i32(1)) < n_seg:  # the next segment's first pairs, loaded while this one computes
-                    k_next, a_next = lane_pair(indices, data, shfl_idx(my_start, i32(q + i32(1))),
-                                                 shfl_idx(my_end, i32(q + i32(1))), lane)
+                if i32(q0 + i32(groups)) < n_seg:  # the next round's first pairs, loaded while this one computes
+                    s_next, e_next = segment_bounds(my_start, my_end, i32(q + i32(groups)), n_seg)
+                    k_next, a_next = lane_pair(indices, data, s_next, e_next, member)
                 for v in range(vec):
                     acc[v] = init
+                stop = end  # where the round's longest segment would end: the warp's trip count
+                if groups > 1:
+                    longest = i32(end - start)
+                    for s in range(group_shift, 5):
+                        longest = max(longest, shfl_idx(longest, lane ^ i32(1 << s)))
+                    stop = itype(start + itype(longest))
                 chunk = start
                 while True:
-                    count = i32(min(end - chunk, itype(WARP)))
-                    add_chunk(acc, gathered, B, k_mine, a_mine, count, j)
-                    chunk = itype(chunk + itype(WARP))
-                    if chunk >= end:
+                    add_chunk(acc, gathered, B, k_mine, a_mine, base, i32(min(end - chunk, itype(lanes))),
+                              i32(min(stop - chunk, itype(lanes))), j)
+                    chunk = itype(chunk + itype(lanes))
+                    if chunk >= stop:
                         break
-                    k_mine, a_mine = lane_pair(indices, data, chunk, end, lane)
+                    k_mine, a_mine = lane_pair(indices, data, chunk, end, member)
+                mine = active and (groups == 1 or q < n_seg)  # (a group past the batch's segments idles)
                 if vector_red:  # one red.global.add.v2/.v4.f32 per lane
                     if reduce_code == MEAN:  # partial sums scaled by the row's length
                         scale = scale_of(indptr[row + 1] - indptr[row])
                         for v in range(vec):
                             acc[v] = acc[v] * scale
-                    if active:
+                    if mine:
                         if vec == 4:
                             red4(C, row, j, (acc[0], acc[1], acc[2], acc[3]))
                         else:
@@ -257,9 +311,9 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
                 # the mean's partial sums scaled by the row's length (the others: no indptr loads)
                 scale = scale_of(indptr[row + 1] - indptr[row] if reduce_code == MEAN else 1)
                 for c in range(vec):
-                    col = j0 + lane + i32(c * WARP)
-                    if col < n:
-                        x = partial[warp, lane + i32(c * WARP)]
+                    col = j0 + member + i32(c * lanes)
+                    if col < n and (groups == 1 or q < n_seg):
+                        x = partial[warp, base * vec + member + i32(c * lanes)]
                         if reduce_code == MAX:
                             atomic_max_float(C, row, col, x)
                         elif reduce_code == MIN:
@@ -286,16 +340,16 @@ def _tiles(A, width, per_tile, config):
 
 def _plan(A, code, n, B, C, slab_width, tile_nnz, config):
     """(kernel, grid, tile arrays) of the column-slab SpMM for A: the layout and tiling rules."""
-    vec, depth = lane_layout(n, C.dtype.itemsize, B, C, config=config)  # (C aligned for the vector reductions)
+    lanes, vec, depth = lane_layout(n, C.dtype.itemsize, B, C, config=config)  # (C aligned for the vector reductions)
     if tile_nnz or slab_width:
-        tile_cols, width, per_tile = tiling(A.nnz, A.shape[1], n, C.dtype.itemsize, vec, config)
+        tile_cols, width, per_tile = tiling(A.nnz, A.shape[1], n, C.dtype.itemsize, lanes * vec, config)
     else:  # a pass over the host pattern: once per width, not per reduction and alignment
         tile_cols, width, per_tile = A.cache.get_or_build(
-            "plans", ("slab_tiling", n, C.dtype.itemsize, vec, config),
-            lambda: balanced_tiling(A._host.indices[:A.nnz], A.shape[1], n, C.dtype.itemsize, vec, config))
+            "plans", ("slab_tiling", n, C.dtype.itemsize, lanes * vec, config),
+            lambda: balanced_tiling(A._host.indices[:A.nnz], A.shape[1], n, C.dtype.itemsize, lanes * vec, config))
     arrays, tiles = _tiles(A, slab_width or width, tile_nnz or per_tile, config)
     kernel = spmm_slab_kernel(code, vec, depth, config.warps, C.dtype.str, A.index_dtype.str, config.vector_red,
-                              config.column_first)
+                              config.column_first, lanes)
     return kernel, (tiles.n_tiles, cdiv(n, tile_cols)), arrays
 
 

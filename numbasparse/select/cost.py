@@ -146,16 +146,17 @@ def hp_spmm_terms(s, n, itemsize, nnz_per_group, depth, single, layout):
                  fill_bytes=0.0 if single else c_bytes, ops=1 if single else 2)
 
 
-def slab_spmm_terms(s, n, itemsize, vec, entries_per_segment):
-    """The column-slab SpMM: B rows of a slab served from L1, C by one atomic flush per segment."""
-    tiles = -(-n // (WARP * vec))
+def slab_spmm_terms(s, n, itemsize, lanes, vec, entries_per_segment):
+    """The column-slab SpMM: B rows of a slab served from L1, C by one atomic flush per segment;
+    a warp runs 32 / ``lanes`` segments at once."""
+    tiles = -(-n // (lanes * vec))
     entry = s.index_itemsize + itemsize
     segments = s.nnz / max(1.0, entries_per_segment)
     c_bytes = s.rows * n * itemsize
     b_bytes = s.cols * n * itemsize
     flushes = 2 * segments * n * itemsize  # (read and write of each atomic)
-    instructions = s.nnz * tiles * (ENTRY_INSTRUCTIONS + vec)
-    work = s.nnz * tiles + segments * tiles
+    instructions = s.nnz * tiles * (lanes / WARP) * (ENTRY_INSTRUCTIONS + vec)
+    work = (s.nnz * tiles + segments * tiles) * (lanes / WARP)
     return Terms(l2_bytes=b_bytes + s.nnz * entry * tiles + flushes, dram_bytes=b_bytes + s.nnz * entry + c_bytes,
                  rounds=work / (s.sms * RESIDENT_WARPS), instructions=instructions, fill_bytes=c_bytes, ops=2)
 

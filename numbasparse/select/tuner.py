@@ -414,10 +414,10 @@ def model_inputs(candidate, op, A, n_cols, dtype, rule, stats, device, operands,
         return "hp", cost.hp_spmm_terms(stats, n_cols, itemsize, *resolved_hp(candidate, A, n_cols, reduce, rule,
                                                                               operands)), None
     if candidate.family == "slab":
-        vec, _ = slab.lane_layout(n_cols, itemsize, *operands)
-        _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, vec)
+        lanes, vec, _ = slab.lane_layout(n_cols, itemsize, *operands)
+        _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, lanes * vec)
         eps = slab.entries_per_segment_on_device(A, width)
-        return "slab", cost.slab_spmm_terms(stats, n_cols, itemsize, vec, eps), None
+        return "slab", cost.slab_spmm_terms(stats, n_cols, itemsize, lanes, vec, eps), None
     return None
 
 

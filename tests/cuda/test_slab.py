@@ -37,10 +37,12 @@ def random_graph(rng, shape, lengths):
     return sp.csr_matrix(dense)
 
 
-# every reduction, each flush: N=70 -> vec 2 (two column tiles, the last partial), 33 and 8 -> vec 1,
-# 136 -> vec 4 (two tiles); float32 sum/mean flush with vector reductions, max/min and vec 1 through
-# the shared-memory transpose.  The simulator's shuffles cost ~10-40 s per case here.
-@pytest.mark.parametrize("n_cols,reduce", [(70, "sum"), (70, "max"), (33, "min"), (8, "mean"), (136, "sum")])
+# every reduction, each flush: N=70 -> 32 lanes x 2 (two column tiles, the last partial), 33 -> 32 x 1,
+# 136 -> 32 x 4 (two tiles); lane groups: 96 -> two groups of 16 x 4 (the second column tile half
+# used), 32 -> four of 8 x 4, 8 -> four of 8 x 1; float32 sum/mean flush with vector reductions, max/min
+# and vec 1 through the shared-memory transpose.  The simulator's shuffles cost ~10-40 s per case here.
+@pytest.mark.parametrize("n_cols,reduce", [(70, "sum"), (70, "max"), (33, "min"), (8, "mean"), (136, "sum"),
+                                           (96, "max"), (96, "sum"), (32, "mean")])
 def test_slab_matches_reference_over_tiles_and_column_tiles(n_cols, reduce, monkeypatch):
     config = replace(slab.DEFAULT, max_segment=3)  # long row pieces cut in three-entry segments
     rng = np.random.default_rng()
@@ -60,6 +62,44 @@ def test_slab_transposed_flush_matches_reference(n_cols, reduce, monkeypatch):
     C = run_slab(A, B, reduce, slab_width=8, tile_nnz=8, config=config)
     assert np.all(C[[0, 4]] == 0)
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
+
+
+def test_lane_layout_splits_warps_into_groups_before_narrowing_vectors():
+    assert slab.lane_layout(256, 4) == (32, 4, 4) and slab.lane_layout(128, 4) == (32, 4, 4)
+    assert slab.lane_layout(64, 4) == (16, 4, 4)   # two segments a warp
+    assert slab.lane_layout(32, 4) == (8, 4, 4)    # four, MIN_LANES
+    assert slab.lane_layout(16, 4) == (8, 2, 4)    # then the vectors narrow
+    assert slab.lane_layout(64, 8) == (32, 2, 2)   # float64: 16-byte vectors of 2, depth of 32 bytes
+    assert slab.lane_layout(32, 8) == (32, 1, 4)   # and no lane groups
+    assert slab.lane_layout(70, 4) == (32, 2, 4)   # N = 70 takes vectors of 2 only
+    assert slab.lane_layout(64, 4, config=replace(slab.DEFAULT, lane_groups=False)) == (32, 2, 4)
+
+
+@pytest.mark.parametrize("n_cols,reduce", [(32, "sum"), (64, "max")])
+def test_lane_groups_run_segments_of_different_lengths_in_step(n_cols, reduce):
+    """Segments of up to 20 entries in groups of 8 or 16 lanes: a group takes one to three chunks
+    while the others of its warp finish theirs, and a batch's last round leaves groups idle."""
+    config = replace(slab.DEFAULT, max_segment=20)
+    rng = np.random.default_rng()
+    A = random_graph(rng, (11, 40), [40, 1, 0, 17, 33, 2, 9, 0, 25, 40, 5])
+    B = random_dense(rng, (40, n_cols), np.float32)
+    C = run_slab(A, B, reduce, slab_width=40, tile_nnz=1000, config=config)
+    assert_close(C, spmm_reference(A, B, reduce), np.float32)
+
+
+def test_a_lane_group_past_its_segment_leaves_the_row_it_loads_out():
+    """Groups past their segment's last entry load B's row 0 (their lanes' pairs are (0, 0)); it
+    must not reach C: an infinite row 0, never a column of A, gives no inf or nan."""
+    rng = np.random.default_rng()
+    A = random_graph(rng, (8, 30), [12, 1, 7, 0, 3, 12, 2, 5])
+    A = sp.csr_matrix(A[:, 1:])  # column 0 of B below is never read by A
+    A = sp.csr_matrix(sp.hstack([sp.csr_matrix((8, 1)), A]))
+    B = random_dense(rng, (30, 32), np.float32)
+    B[0] = np.inf
+    for reduce in ("sum", "max"):
+        C = run_slab(A, B, reduce, slab_width=30, tile_nnz=1000, config=replace(slab.DEFAULT, max_segment=12))
+        assert np.isfinite(C).all()
+        assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
 @pytest.mark.parametrize("dtype,index_dtype", [(np.float64, np.int64), (np.float32, np.int32)])
@@ -219,6 +259,17 @@ def test_auto_takes_the_slab_kernel_sooner_on_short_rows(monkeypatch):
         monkeypatch.setattr(slab, "entries_per_segment_on_device", lambda *args, counted=counted: counted)
         for matrix in (A, CSR.from_scipy(A)):  # counted on the host, or on the GPU for a device CSR
             assert dispatch.slab_pays(matrix, 64, 4) == pays, (type(matrix).__name__, A.nnz / A.shape[0], counted)
+
+
+def test_auto_takes_the_slab_kernel_at_n_32_except_on_short_rows(monkeypatch):
+    """Lane groups make the slab kernel pay at N = 32 too, but not against HP's single launch on
+    short rows (one GPU operation against a fill and the kernel); below 32 columns, HP."""
+    an_h100(monkeypatch)
+    short = sp.random(64, 4096, density=0.003, format="csr", random_state=0, dtype=np.float32)  # rows of ~12
+    long = sp.random(64, 4096, density=0.05, format="csr", random_state=0, dtype=np.float32)   # rows of ~200
+    monkeypatch.setattr(dispatch, "entries_per_segment", lambda *args: 6.63)  # wiki-vote directed, N = 32
+    assert not dispatch.slab_pays(short, 32, 4) and dispatch.slab_pays(short, 64, 4)
+    assert dispatch.slab_pays(long, 32, 4) and not dispatch.slab_pays(long, 16, 4)
 
 
 def test_the_slab_kernel_is_vetoed_where_its_segments_cannot_keep_up_with_hps_gathers(monkeypatch):
