@@ -252,7 +252,8 @@ def dense(x, name, ndim):
         array = torch_cpu_numpy(x)
     elif framework == "torch":
         array = DeviceView.of_torch(x)
-    elif framework in ("cupy", "cai"):
+    elif framework in ("cupy", "cai") or (framework == "numba" and not x.is_c_contiguous()):
+        # (Numba's own test counts the strides of size-1 dims, e.g. a broadcast row; the view's does not)
         array = DeviceView(x, x.__cuda_array_interface__)
     else:
         array = x
@@ -263,19 +264,29 @@ def dense(x, name, ndim):
         array = array.astype(dtype.newbyteorder("="))  # the kernels read native floats: a copy
         dtype = array.dtype
     dtype = check_value_dtype(dtype, name)
-    if framework == "numba" and is_half(dtype):
+    if framework == "numba" and is_half(dtype) and not isinstance(array, DeviceView):
         array = array.view(np.uint16)  # the kernels read 16-bit floats as their bits
     if ndim == 2 and array.shape[1] * array.dtype.itemsize >= MAX_ROW_BYTES:
         raise ValueError(f"{name} has rows of {array.shape[1] * array.dtype.itemsize} bytes; the kernels "
                          f"address rows shorter than {MAX_ROW_BYTES} bytes (2 GiB)")
     if framework in ("numpy", "torch-cpu"):
-        array = np.ascontiguousarray(array)
+        array = c_strided(np.ascontiguousarray(array))
     elif not array.is_c_contiguous():
         raise ValueError(
             f"{name} must be C-contiguous (row-major) on the device; make a contiguous copy "
             f"first (torch: .contiguous(), CuPy: cupy.ascontiguousarray)"
         )
     return Dense(name, framework, array, x, dtype)
+
+
+def c_strided(array):
+    """C-contiguous host ``array`` with the C strides (the same memory, no copy): NumPy counts an
+    array contiguous whatever the strides of its size-1 dimensions (a broadcast row: stride 0),
+    which Numba's copy to the device does not take."""
+    size, strides = _c_layout(array.shape, array.itemsize)
+    if array.strides == strides:
+        return array
+    return np.lib.stride_tricks.as_strided(array, strides=strides, writeable=array.flags.writeable)
 
 
 def overlaps(a, b):

@@ -37,6 +37,17 @@ def test_dense_wraps_foreign_arrays_and_checks_them():
         dense(FakeCudaArray((4, 2), typestr="<i8"), "B", 2)
 
 
+def test_a_broadcast_row_is_contiguous_with_the_c_strides():
+    """NumPy calls a (1, n) row broadcast from (n,) C-contiguous (stride 0 on its size-1 axis);
+    the operand keeps its memory but takes the C strides, which Numba's copy to the GPU needs."""
+    row = np.broadcast_to(np.arange(3, dtype=np.float32), (1, 3))
+    op = dense(row, "X", 2)
+    assert op.array.strides == (12, 4) and np.shares_memory(op.array, row) and not op.array.flags.writeable
+    assert np.array_equal(op.array, row)
+    view = DeviceView(None, FakeCudaArray((1, 3), strides=(0, 4)).__cuda_array_interface__)
+    assert view.is_c_contiguous() and view.__cuda_array_interface__["strides"] is None
+
+
 def test_a_float16_cuda_array_is_seen_as_its_bits_with_its_dtype_kept():
     op = dense(FakeCudaArray((4, 2), typestr="<f2"), "B", 2)  # a CuPy float16 array
     assert op.dtype == np.float16 and op.array.dtype == np.uint16 and op.array.ptr == 4096

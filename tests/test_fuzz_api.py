@@ -671,7 +671,11 @@ def build_dense(r, name, shape, compute, place="host"):
         from numba import cuda
 
         host = np.ascontiguousarray(arr)
-        return Dense(cuda.to_device(host), name, "device", host, (base,), arr.ndim, dtype, "device")
+        try:  # (a device array with a broadcast row's stride 0 where Numba's copy takes it)
+            device = cuda.to_device(host)
+        except ValueError:  # (where not: the C strides)
+            device = cuda.to_device(np.array(host, order="C"))
+        return Dense(device, name, "device", host, (base,), arr.ndim, dtype, "device")
     return Dense(arr, name, "numpy", arr, (base,), arr.ndim, dtype)
 
 
