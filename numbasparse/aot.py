@@ -8,7 +8,7 @@ Which kernel ``auto`` runs depends on N, the dtypes and the graph (row lengths, 
 so the configurations are reached the way a user reaches them: by calling the public functions on
 four small synthetic graphs whose shapes lead ``auto`` to each of its kernel variants: short rows
 (HP, one launch), short rows with one hub row (HP's two-launch mode), power-law rows (HP with
-deeper gathers; at some widths the column slab), dense rows (column slab, N >= 64).  A kernel
+deeper gathers; at some widths the column slab), dense rows (column slab, N >= 32).  A kernel
 family whose rules pick among variants by traits no small graph is sure to have (HP's gather
 depth and launch mode) launches those itself, once per dtype and width (``precompile_variants``).
 """
