@@ -252,9 +252,12 @@ def dense(x, name, ndim):
         array = torch_cpu_numpy(x)
     elif framework == "torch":
         array = DeviceView.of_torch(x)
-    elif framework in ("cupy", "cai") or (framework == "numba" and not x.is_c_contiguous()):
-        # (Numba's own test counts the strides of size-1 dims, e.g. a broadcast row; the view's does not)
+    elif framework in ("cupy", "cai"):
         array = DeviceView(x, x.__cuda_array_interface__)
+    elif framework == "numba" and not x.is_c_contiguous():
+        # Numba's test counts the strides of size-1 axes (a broadcast row); the view's does not.
+        # Its interface drops the strides of any stride-0 axis, so the view takes the array's own.
+        array = DeviceView(x, {**x.__cuda_array_interface__, "strides": tuple(x.strides), "typestr": x.dtype})
     else:
         array = x
     if array.ndim != ndim:

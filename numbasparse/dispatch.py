@@ -33,13 +33,13 @@ spmm      ``slab`` where N >= SLAB_MIN_COLUMNS (64 on short     18 real graphs x
           its cost is per segment whatever N, HP's per byte,     "What limits HP on the worst
           so on large graphs of long rows at N = 64 the          cases");
           thresholds are too low                                 N = 32 (lane groups, H200): slab
-                                                                 1.04-1.68x faster than HP at >= 4
-                                                                 on seven shared and synthetic
-                                                                 graphs; on short rows (HP's one
-                                                                 launch against the slab kernel's
-                                                                 fill and kernel) 0.75x back to
-                                                                 back ("Lane groups in the slab
-                                                                 kernel");
+                                                                 1.04-1.68x faster than HP on 7 of
+                                                                 8 shared and synthetic graphs at
+                                                                 >= 4 (the eighth vetoed); on short
+                                                                 rows (HP's one launch against the
+                                                                 slab kernel's fill and kernel)
+                                                                 slower back to back, one case
+                                                                 ("Lane groups in the slab kernel");
                                                                  rows of 300, 18M entries, N = 64,
                                                                  4.2 per segment: slab 2.05x HP's
                                                                  time (H200), vetoed
@@ -72,7 +72,6 @@ HP-SpMM's own layout, depth, DTP and launch-mode rules live with the kernel
 (:mod:`numbasparse.cuda.slab`).
 """
 import functools
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,11 +99,12 @@ SLAB_MIN_SEGMENT = 4.0
 #: limits HP on the worst cases").
 SLAB_MIN_SEGMENT_SHORT_ROWS = 3.5
 #: ... and N >= SLAB_MIN_COLUMNS: at N = 32 the slab kernel runs four segments a warp (lane
-#: groups) and was 1.04-1.68x faster than HP at the thresholds above (H200, BENCHMARKS.md "Lane
-#: groups in the slab kernel"); narrower B rows are left to HP, unmeasured.  On short rows
+#: groups); where the thresholds above and the veto take it there it ran 1.04-1.68x faster than
+#: HP (7 graphs; the eighth at the thresholds, 0.55x, is vetoed; H200, BENCHMARKS.md "Lane groups
+#: in the slab kernel"); narrower B rows are left to HP, unmeasured.  On short rows
 #: SLAB_MIN_COLUMNS_SHORT_ROWS: there HP writes C in one launch, while the slab kernel needs a
-#: fill first, a second GPU operation that a small kernel's gain does not pay for (wiki-vote
-#: directed N = 32: kernel 12.0 -> 7.2 µs, yet 0.75x back to back).
+#: fill first, a second GPU operation that a small kernel's gain may not pay for (one case
+#: measured, wiki-vote directed N = 32: kernel 12.0 -> 7.2 µs, back to back 23.1 -> 25.8 µs).
 SLAB_MIN_COLUMNS = 32
 SLAB_MIN_COLUMNS_SHORT_ROWS = 64
 #: ... and where B (A's columns x N) takes at most this share of the L2 cache: the slab kernel
@@ -407,15 +407,6 @@ def algorithms(op, backend=None):
     return tuple(name for name, a in TABLES[op].items() if backend in (None, a.backend))
 
 
-def slab_min_segment(nnz, nonempty, n_cols):
-    """The entries per segment the slab kernel needs on a graph of ``nnz`` entries in
-    ``nonempty`` non-empty rows at N = ``n_cols`` (lower where HP's rows are short:
-    :func:`hp.short_rows`; infinite there below SLAB_MIN_COLUMNS_SHORT_ROWS)."""
-    if not hp.short_rows(nnz, nonempty):
-        return SLAB_MIN_SEGMENT
-    return SLAB_MIN_SEGMENT_SHORT_ROWS if n_cols >= SLAB_MIN_COLUMNS_SHORT_ROWS else math.inf
-
-
 def slab_keeps_up_with_hp(nnz, segments, n_cols, itemsize):
     """True where the column-slab SpMM's predicted time, ``segments`` (over all column tiles)
     at SLAB_SEGMENT_NS each per SM, is at most SLAB_GUARD_MARGIN times HP-SpMM's, HP_FIXED_US
@@ -443,21 +434,21 @@ def slab_pays(A, n_cols, itemsize):
     def decide():
         if A.shape[1] * n_cols * itemsize > SLAB_MAX_L2_SHARE * memory_system()[0]:
             return False
-        lanes, vec, _ = slab.lane_layout(n_cols, itemsize)
-        tile_cols, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, lanes * vec)
-        host = A.tocsr() if sp.issparse(A) else None
-        nonempty = nonempty_rows(host.indptr) if host is not None else hp.pattern_fact(A, "nonempty_rows")
-        needed = slab_min_segment(A.nnz, nonempty, n_cols)
-        if needed == math.inf:
+        host = A.tocsr() if sp.issparse(A) else None  # (duplicates summed)
+        nnz = host.nnz if host is not None else A.nnz
+        short = hp.short_rows(nnz, nonempty_rows(host.indptr) if host is not None
+                              else hp.pattern_fact(A, "nonempty_rows"))
+        if short and n_cols < SLAB_MIN_COLUMNS_SHORT_ROWS:
             return False
+        tile_cols, width, _ = slab.tiling(nnz, A.shape[1], n_cols, itemsize)
         if host is not None:
             counted = entries_per_segment(host.indptr, host.indices, width)
         else:
             counted = slab.entries_per_segment_on_device(A, width)
-        if counted < needed:
+        if counted < (SLAB_MIN_SEGMENT_SHORT_ROWS if short else SLAB_MIN_SEGMENT):
             return False
         # (segments uncut: up to counted / max_segment fewer than the kernel runs, a few percent)
-        return slab_keeps_up_with_hp(A.nnz, A.nnz / counted * cdiv(n_cols, tile_cols), n_cols, itemsize)
+        return slab_keeps_up_with_hp(nnz, nnz / counted * cdiv(n_cols, tile_cols), n_cols, itemsize)
 
     return decide() if sp.issparse(A) else A.cache.get_or_build("plans", ("slab_pays", n_cols, itemsize), decide)
 

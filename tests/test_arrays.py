@@ -4,6 +4,7 @@ import pytest
 
 from fakes import DLPackOnly
 from numbasparse.arrays import DeviceView, dense
+from numbasparse.cuda.device import simulator_enabled
 
 
 class FakeCudaArray:
@@ -46,6 +47,25 @@ def test_a_broadcast_row_is_contiguous_with_the_c_strides():
     assert np.array_equal(op.array, row)
     view = DeviceView(None, FakeCudaArray((1, 3), strides=(0, 4)).__cuda_array_interface__)
     assert view.is_c_contiguous() and view.__cuda_array_interface__["strides"] is None
+
+
+def test_a_numba_array_broadcast_along_a_longer_axis_is_refused():
+    """Numba's interface says C-contiguous (strides None) for any stride-0 axis; a row broadcast
+    to two rows must still be refused (the kernels would read past it), one row taken."""
+    if simulator_enabled():
+        pytest.skip("the simulator's device arrays are NumPy arrays")
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    class Memory:  # (a stand-in for device memory: no GPU needed to make the array)
+        device_ctypes_pointer = type("Pointer", (), {"value": 4096})()
+
+    with pytest.raises(ValueError, match="C-contiguous"):
+        dense(DeviceNDArray((2, 3), (0, 4), np.float32, gpu_data=Memory()), "B", 2)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        dense(DeviceNDArray((3, 2), (4, 0), np.float32, gpu_data=Memory()), "B", 2)
+    op = dense(DeviceNDArray((1, 3), (0, 4), np.float32, gpu_data=Memory()), "B", 2)
+    assert isinstance(op.array, DeviceView) and op.array.is_c_contiguous() and op.array.ptr == 4096
+    assert op.array.__cuda_array_interface__["strides"] is None  # the kernels see C strides
 
 
 def test_a_float16_cuda_array_is_seen_as_its_bits_with_its_dtype_kept():

@@ -673,7 +673,9 @@ def build_dense(r, name, shape, compute, place="host"):
         host = np.ascontiguousarray(arr)
         try:  # (a device array with a broadcast row's stride 0 where Numba's copy takes it)
             device = cuda.to_device(host)
-        except ValueError:  # (where not: the C strides)
+        except ValueError as e:  # (where not, "incompatible shape": the C strides)
+            if "incompatible shape" not in str(e):
+                raise
             device = cuda.to_device(np.array(host, order="C"))
         return Dense(device, name, "device", host, (base,), arr.ndim, dtype, "device")
     return Dense(arr, name, "numpy", arr, (base,), arr.ndim, dtype)

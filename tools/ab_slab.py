@@ -84,8 +84,7 @@ def main():
                 if args.stats:
                     stats = []
                     for A in As[:4]:
-                        lanes, vec, _ = slab.lane_layout(n, 4, config=config)
-                        width, per_tile = slab.balanced_tiling(A.indices, A.shape[1], n, 4, lanes * vec, config)[1:]
+                        width, per_tile = slab.balanced_tiling(A.indices, A.shape[1], n, 4, config=config)[1:]
                         tiles = SlabTiles(A.indptr, A.indices, A.shape, width, per_tile, config.max_segment,
                                           config.warps)
                         stats.append((tiles.reuse(A.indptr, A.indices), tiles.entries_per_segment))

@@ -69,8 +69,7 @@ def model_rows(records, data):
                         cuda.device_array(g.nnz, np.float32))
         rule = tuner.hp_rule(A, op, n, np.float32, "sum", operands)
         if op == "spmm":  # (counted on the host: the simulator would take a thread at a time)
-            lanes, vec, _ = slab.lane_layout(n, 4, *operands)
-            _, width, _ = slab.tiling(A.nnz, A.shape[1], n, 4, lanes * vec)
+            _, width, _ = slab.tiling(A.nnz, A.shape[1], n, 4, *operands)
             A.cache.put("plans", ("entries_per_segment", width), entries_per_segment(g.indptr, g.indices, width))
         stats = cost.Stats.of(g.shape, g.indptr, 4, gpu.sms, gpu.l2_bytes)
         for i, (text, ms) in enumerate(record["times"].items()):

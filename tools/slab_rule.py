@@ -35,8 +35,7 @@ def main():
                 (_, dense, expected), = operands([A], "spmm", n, rng)
                 hp_us, e1 = timed([A], [dense], [expected], lambda a, b, c: hp.spmm_hp(a, b, c, "sum"))
                 slab_us, e2 = timed([A], [dense], [expected], lambda a, b, c: slab.spmm_slab(a, b, c, "sum"))
-                lanes, vec, _ = slab.lane_layout(n, 4)
-                width = slab.tiling(A.nnz, A.shape[1], n, 4, lanes * vec)[1]
+                width = slab.tiling(A.nnz, A.shape[1], n, 4)[1]
                 per_segment = entries_per_segment(A.indptr, A.indices, width, slab.DEFAULT.max_segment)
                 choice = "slab" if dispatch.slab_pays(CSR.from_scipy(A), n, 4) else "hp"
                 name = f"{spec}[{g}]" if spec.startswith("sampled:") else spec

@@ -30,9 +30,8 @@ for name, A, dev, T in weighted_graphs(args.folder, rng):
         Bt = torch.from_numpy(rng.standard_normal((A.shape[1], n)).astype(np.float32)).cuda()
         Ct = torch.empty((A.shape[0], n), device="cuda")
         B, C = cuda.as_cuda_array(Bt), cuda.as_cuda_array(Ct)
-        lanes, vec, _ = slab.lane_layout(n, 4, B, C)
-        _, width, bound = slab.tiling(A.nnz, A.shape[1], n, 4, lanes * vec)
-        balanced = slab.balanced_tiling(A.indices, A.shape[1], n, 4, lanes * vec)[2]
+        _, width, bound = slab.tiling(A.nnz, A.shape[1], n, 4, B, C)
+        balanced = slab.balanced_tiling(A.indices, A.shape[1], n, 4, B, C)[2]
         variants = {"hp": lambda: hp.spmm_hp(dev, B, C, "sum"),
                     "bound": lambda: slab.spmm_slab(dev, B, C, "sum", slab_width=width, tile_nnz=bound),
                     "balanced": lambda: slab.spmm_slab(dev, B, C, "sum")}

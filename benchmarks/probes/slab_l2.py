@@ -43,8 +43,7 @@ for name in args.graphs.split(","):
             bad = errors(variants, Ct, expected)
             variants["cusparse"] = lambda: torch.sparse.mm(T, Bt)
             kernel = {label: time_kernels(fn, repeat=20) for label, fn in variants.items()}
-            lanes, vec, _ = slab.lane_layout(n, 4, B)
-            _, width, _ = slab.tiling(A.nnz, A.shape[1], n, 4, lanes * vec)
+            _, width, _ = slab.tiling(A.nnz, A.shape[1], n, 4, B)
             row = dict(graph=name, copies=k, n=n, rows=A.shape[0], nnz=A.nnz, b_bytes=A.shape[1] * n * 4,
                        b_of_l2=A.shape[1] * n * 4 / l2_bytes,
                        entries_per_segment=dispatch.entries_per_segment(A.indptr, A.indices, width),

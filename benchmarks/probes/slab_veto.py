@@ -45,8 +45,8 @@ for path in args.graphs:
         bad = [f"{label}:{error:.1e}" for label, error in errors(runs, Ct, torch.sparse.mm(T, Bt)).items()]
         runs["cusparse"] = lambda: torch.sparse.mm(T, Bt)
         us = {label: min(time_kernels(run, repeat=10) for _ in range(3)) * 1e3 for label, run in runs.items()}
-        lanes, vec, _ = slab.lane_layout(n, 4, B, C)
-        tile_cols, width, per_tile = slab.balanced_tiling(A.indices, A.shape[1], n, 4, lanes * vec)
+        lanes = slab.lane_layout(n, 4, B, C)[0]
+        tile_cols, width, per_tile = slab.balanced_tiling(A.indices, A.shape[1], n, 4, B, C)
         tiles = SlabTiles(A.indptr, A.indices, A.shape, width, per_tile, slab.DEFAULT.max_segment, slab.DEFAULT.warps)
         segments = tiles.seg_row.size * cdiv(n, tile_cols)
         slab_pred = segments * dispatch.SLAB_SEGMENT_NS / sms / 1e3

@@ -76,8 +76,7 @@ for name, A, dev, T in weighted_graphs(args.folder, rng):
         plan = hp._spmm_plan(dev, reductions.CODES["sum"], n, B, C, None, None, None, None, None)
         npg, lanes = plan.nnz_per_group, hp.lane_layout(n, 4, B)[0]
         block_nnz = hp.WARPS_PER_BLOCK * (WARP_SIZE // lanes) * npg
-        vec, _ = slab.lane_layout(n, 4, B)
-        _, width, _ = slab.tiling(A.nnz, A.shape[1], n, 4, vec)
+        _, width, _ = slab.tiling(A.nnz, A.shape[1], n, 4, B)
         stats = dict(graph=name, n=n, rows=A.shape[0], nnz=A.nnz, nonempty=nonempty,
                      mean_row=A.nnz / max(1, nonempty), max_row=int(lengths.max()),
                      row_cv=float(lengths[lengths > 0].std() / max(1e-9, lengths[lengths > 0].mean())),

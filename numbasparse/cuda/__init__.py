@@ -49,9 +49,10 @@ def kernel_configs():
                              numba.int64)))
         for reduce, code in reductions.CODES.items():
             vecs = [v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.VECTOR_BYTES]
-            # whole warps at every width; lane groups with the widest vectors (float32 N = 64, 32)
-            groups = [(16, 4), (8, 4)] if np.dtype(value).itemsize == 4 else []
-            for lanes, vec in [(32, v) for v in vecs] + groups:
+            # whole warps at every width; lane groups (float32 only) at every width too: N = 64 / 32
+            # take 4 columns a lane, narrower or misaligned N fewer (slab.lane_layout)
+            lane_counts = (32, 16, 8) if np.dtype(value).itemsize == 4 else (32,)
+            for lanes, vec in ((lanes, vec) for lanes in lane_counts for vec in vecs):
                 depth = slab.gather_depth(vec, np.dtype(value).itemsize)
                 config = slab.DEFAULT
                 configs.append((f"spmm_slab lanes={lanes} vec={vec} depth={depth} {reduce} {value}/{index}",

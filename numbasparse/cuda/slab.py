@@ -49,7 +49,8 @@ MIN_LANES = 8
 @dataclass(frozen=True)
 class SlabConfig:
     """The column-slab kernel's tunable parameters (defaults measured on the H100, BENCHMARKS.md
-    "Column-slab SpMM"; ``tools/ab_slab.py`` times others).
+    "Column-slab SpMM", ``gather_bytes`` and ``lane_groups`` on the H200, "Lane groups in the
+    slab kernel"; ``tools/ab_slab.py`` times others).
 
     warps: warps per block (32: the block fills its SM).
     l1_bytes: bytes of B rows a tile may read (one slab x one column tile): most of the L1 an SM
@@ -57,8 +58,8 @@ class SlabConfig:
     gather_bytes, max_depth: bytes of B a lane loads ahead (``depth`` entries' vectors before the
         first is used), at most ``max_depth`` entries: what fits in MAX_REGISTERS (float64:
         half the bytes, whose 64-bit arithmetic leaves fewer registers: 64 bytes spill).  Four
-        entries of 16 bytes rather than two: on graphs under a wave a segment is a chain of
-        dependent gathers (BENCHMARKS.md "Lane groups in the slab kernel").
+        entries of 16 bytes: on graphs under a wave a segment is a chain of dependent gathers,
+        which more gathers in flight shorten.
     waves, waves_narrow: blocks per SM over all tiles and column tiles; ``waves_narrow`` where a
         column tile is at most 64 columns wide (lighter entries: larger tiles pay).
     max_segment: longest segment (entries): a hub row's piece of a slab is cut into pieces of at
@@ -68,9 +69,8 @@ class SlabConfig:
     column_first: address B's rows and C's columns column first (:func:`intrinsics._item_pointer`).
     lane_groups: where N is narrower than 32 lanes of full vectors, split the warp into groups of
         fewer lanes, each taking its own segment (N = 64 float32: two groups of 16 lanes x 4
-        columns), rather than narrowing the vectors: the instructions of a segment serve
-        twice the columns (a segment's cost is its instructions, BENCHMARKS.md "The slab
-        kernel's segments against HP's gathers").
+        columns), rather than narrowing the vectors: a segment's instructions then serve a
+        whole vector a lane (a segment costs about the same at N = 64 as at 128 otherwise).
     """
     warps: int = 32
     l1_bytes: int = 160 * 1024
@@ -113,13 +113,15 @@ def gather_depth(vec, itemsize, config=None):
     return max(1, min(config.max_depth, budget // (vec * itemsize)))
 
 
-def tiling(nnz, n_cols_a, n_cols, itemsize, tile_cols, config=None):
-    """(column-tile width, slab width, entries per tile) for column tiles of ``tile_cols``
-    (:func:`lane_layout`'s ``lanes * vec``): slabs as
+def tiling(nnz, n_cols_a, n_cols, itemsize, *arrays, config=None):
+    """(column-tile width, slab width, entries per tile): column tiles of :func:`lane_layout`'s
+    ``lanes * vec`` (for ``arrays``' alignment: B, C), slabs as
     wide as ``config.l1_bytes`` of B rows allow, and tiles of equal entries, ``config.waves`` per
     SM over all column tiles (a slab's last window is partial, so the target leaves room for one
     per slab: an upper bound, which :func:`balanced_tiling` lowers from the pattern)."""
     config = config or DEFAULT
+    lanes, vec, _ = lane_layout(n_cols, itemsize, *arrays, config=config)
+    tile_cols = lanes * vec
     width = max(WARP, config.l1_bytes // (tile_cols * itemsize))
     n_slabs = max(1, cdiv(n_cols_a, width))
     width = cdiv(n_cols_a, n_slabs) if n_cols_a else width  # equal slabs
@@ -134,14 +136,14 @@ def _tiles_per_column_tile(n_cols, tile_cols, config):
     return max(1, cdiv(waves * device_limits()[0], cdiv(n_cols, tile_cols)))
 
 
-def balanced_tiling(indices, n_cols_a, n_cols, itemsize, tile_cols, config=None):
+def balanced_tiling(indices, n_cols_a, n_cols, itemsize, *arrays, config=None):
     """:func:`tiling` for a pattern of column ``indices`` (host), its entries per tile lowered
     from the bound to the size whose tiles finish first on this GPU's SMs
     (:func:`~numbasparse.preprocess.slab_tiles.balanced_tile_nnz`): the bound assumes every
     slab ends in a partial tile, so on a wide A (many slabs, most of them light) it leaves SMs
     idle."""
     config = config or DEFAULT
-    tile_cols, width, per_tile = tiling(indices.size, n_cols_a, n_cols, itemsize, tile_cols, config)
+    tile_cols, width, per_tile = tiling(indices.size, n_cols_a, n_cols, itemsize, *arrays, config=config)
     tiles = _tiles_per_column_tile(n_cols, tile_cols, config)
     slab_nnz = np.bincount(np.asarray(indices, np.int64) // width, minlength=max(1, cdiv(n_cols_a, width)))
     per_tile = balanced_tile_nnz(slab_nnz, smallest=cdiv(indices.size, tiles), largest=per_tile,
@@ -237,12 +239,20 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
         return zero_index, zero_index, zero_index
 
     @cuda.jit(device=True, inline="always")
+    def in_batch(q, n_seg):
+        """True where the batch has a segment ``q`` (whole warps: always, q < n_seg)."""
+        return groups == 1 or q < n_seg
+
+    @cuda.jit(device=True, inline="always")
+    def holder(q):
+        """The lane holding the batch's segment ``q`` (groups ask past the batch: any lane)."""
+        return q if groups == 1 else q & i32(WARP - 1)
+
+    @cuda.jit(device=True, inline="always")
     def segment_bounds(my_start, my_end, q, n_seg):
-        """(start, end) of the batch's segment ``q`` (held by lane q), empty past ``n_seg``
-        (whole warps: q < n_seg always)."""
-        src = q if groups == 1 else q & i32(WARP - 1)
-        start, end = shfl_idx(my_start, src), shfl_idx(my_end, src)
-        if groups == 1 or q < n_seg:
+        """(start, end) of the batch's segment ``q``, empty past ``n_seg``."""
+        start, end = shfl_idx(my_start, holder(q)), shfl_idx(my_end, holder(q))
+        if in_batch(q, n_seg):
             return start, end
         return zero_index, zero_index
 
@@ -272,7 +282,8 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
             for q0 in range(i32(0), n_seg, i32(groups)):
                 q = i32(q0 + group)  # this group's segment of the round
                 start, end = segment_bounds(my_start, my_end, q, n_seg)
-                row = shfl_idx(my_row, q if groups == 1 else q & i32(WARP - 1))
+                row = shfl_idx(my_row, holder(q))
+                mine = in_batch(q, n_seg)  # (a group past the batch's segments idles)
                 k_mine, a_mine = k_next, a_next
                 if i32(q0 + i32(groups)) < n_seg:  # the next round's first pairs, loaded while this one computes
                     s_next, e_next = segment_bounds(my_start, my_end, i32(q + i32(groups)), n_seg)
@@ -293,13 +304,12 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
                     if chunk >= stop:
                         break
                     k_mine, a_mine = lane_pair(indices, data, chunk, end, member)
-                mine = active and (groups == 1 or q < n_seg)  # (a group past the batch's segments idles)
                 if vector_red:  # one red.global.add.v2/.v4.f32 per lane
                     if reduce_code == MEAN:  # partial sums scaled by the row's length
                         scale = scale_of(indptr[row + 1] - indptr[row])
                         for v in range(vec):
                             acc[v] = acc[v] * scale
-                    if mine:
+                    if active and mine:
                         if vec == 4:
                             red4(C, row, j, (acc[0], acc[1], acc[2], acc[3]))
                         else:
@@ -312,7 +322,7 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
                 scale = scale_of(indptr[row + 1] - indptr[row] if reduce_code == MEAN else 1)
                 for c in range(vec):
                     col = j0 + member + i32(c * lanes)
-                    if col < n and (groups == 1 or q < n_seg):
+                    if col < n and mine:
                         x = partial[warp, base * vec + member + i32(c * lanes)]
                         if reduce_code == MAX:
                             atomic_max_float(C, row, col, x)
@@ -342,11 +352,11 @@ def _plan(A, code, n, B, C, slab_width, tile_nnz, config):
     """(kernel, grid, tile arrays) of the column-slab SpMM for A: the layout and tiling rules."""
     lanes, vec, depth = lane_layout(n, C.dtype.itemsize, B, C, config=config)  # (C aligned for the vector reductions)
     if tile_nnz or slab_width:
-        tile_cols, width, per_tile = tiling(A.nnz, A.shape[1], n, C.dtype.itemsize, lanes * vec, config)
+        tile_cols, width, per_tile = tiling(A.nnz, A.shape[1], n, C.dtype.itemsize, B, C, config=config)
     else:  # a pass over the host pattern: once per width, not per reduction and alignment
         tile_cols, width, per_tile = A.cache.get_or_build(
             "plans", ("slab_tiling", n, C.dtype.itemsize, lanes * vec, config),
-            lambda: balanced_tiling(A._host.indices[:A.nnz], A.shape[1], n, C.dtype.itemsize, lanes * vec, config))
+            lambda: balanced_tiling(A._host.indices[:A.nnz], A.shape[1], n, C.dtype.itemsize, B, C, config=config))
     arrays, tiles = _tiles(A, slab_width or width, tile_nnz or per_tile, config)
     kernel = spmm_slab_kernel(code, vec, depth, config.warps, C.dtype.str, A.index_dtype.str, config.vector_red,
                               config.column_first, lanes)

@@ -415,7 +415,7 @@ def model_inputs(candidate, op, A, n_cols, dtype, rule, stats, device, operands,
                                                                               operands)), None
     if candidate.family == "slab":
         lanes, vec, _ = slab.lane_layout(n_cols, itemsize, *operands)
-        _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, lanes * vec)
+        _, width, _ = slab.tiling(A.nnz, A.shape[1], n_cols, itemsize, *operands)
         eps = slab.entries_per_segment_on_device(A, width)
         return "slab", cost.slab_spmm_terms(stats, n_cols, itemsize, lanes, vec, eps), None
     return None

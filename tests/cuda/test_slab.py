@@ -308,7 +308,8 @@ def test_auto_asks_the_veto_with_the_segments_of_every_column_tile(monkeypatch):
 def test_the_balanced_tiling_is_worked_out_once_per_width(monkeypatch):
     counted = []
     balanced = slab.balanced_tiling
-    monkeypatch.setattr(slab, "balanced_tiling", lambda *args: counted.append(1) or balanced(*args))
+    monkeypatch.setattr(slab, "balanced_tiling",
+                        lambda *args, **kwargs: counted.append(1) or balanced(*args, **kwargs))
     rng = np.random.default_rng()
     A = random_graph(rng, (6, 20), [3, 0, 5, 1, 7, 2])
     B = random_dense(rng, (20, 8), np.float32)
