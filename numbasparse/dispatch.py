@@ -407,14 +407,19 @@ def algorithms(op, backend=None):
     return tuple(name for name, a in TABLES[op].items() if backend in (None, a.backend))
 
 
-def slab_keeps_up_with_hp(nnz, segments, n_cols, itemsize):
-    """True where the column-slab SpMM's predicted time, ``segments`` (over all column tiles)
-    at SLAB_SEGMENT_NS each per SM, is at most SLAB_GUARD_MARGIN times HP-SpMM's, HP_FIXED_US
-    plus its gathers (``nnz`` rows of ``n_cols`` values of ``itemsize`` bytes) at
-    HP_GATHER_BYTES_PER_SM per SM, on this GPU's SMs; False: ``auto`` vetoes the slab kernel."""
+def slab_and_hp_us(nnz, segments, n_cols, itemsize):
+    """(slab, HP) predicted µs on this GPU's SMs: the column-slab SpMM's ``segments`` (over all
+    column tiles) at SLAB_SEGMENT_NS each per SM; HP-SpMM's HP_FIXED_US plus its gathers (``nnz``
+    rows of ``n_cols`` values of ``itemsize`` bytes) at HP_GATHER_BYTES_PER_SM per SM."""
     sms = device_limits()[0]
-    slab_us = segments * SLAB_SEGMENT_NS / sms / 1e3
-    hp_us = HP_FIXED_US + nnz * n_cols * itemsize / (HP_GATHER_BYTES_PER_SM * sms) * 1e6
+    return (segments * SLAB_SEGMENT_NS / sms / 1e3,
+            HP_FIXED_US + nnz * n_cols * itemsize / (HP_GATHER_BYTES_PER_SM * sms) * 1e6)
+
+
+def slab_keeps_up_with_hp(nnz, segments, n_cols, itemsize):
+    """True where the column-slab SpMM's predicted time is at most SLAB_GUARD_MARGIN times
+    HP-SpMM's (:func:`slab_and_hp_us`); False: ``auto`` vetoes the slab kernel."""
+    slab_us, hp_us = slab_and_hp_us(nnz, segments, n_cols, itemsize)
     return slab_us <= SLAB_GUARD_MARGIN * hp_us
 
 

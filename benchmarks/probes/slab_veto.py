@@ -49,8 +49,7 @@ for path in args.graphs:
         tile_cols, width, per_tile = slab.balanced_tiling(A.indices, A.shape[1], n, 4, B, C)
         tiles = SlabTiles(A.indptr, A.indices, A.shape, width, per_tile, slab.DEFAULT.max_segment, slab.DEFAULT.warps)
         segments = tiles.seg_row.size * cdiv(n, tile_cols)
-        slab_pred = segments * dispatch.SLAB_SEGMENT_NS / sms / 1e3
-        hp_pred = dispatch.HP_FIXED_US + A.nnz * n * 4 / (dispatch.HP_GATHER_BYTES_PER_SM * sms) * 1e6
+        slab_pred, hp_pred = dispatch.slab_and_hp_us(A.nnz, segments, n, 4)
         print(f"{path.split('/')[-1][:-4]} N={n} nnz={A.nnz} segments={segments} lanes={lanes} "
               + " ".join(f"{label}={t:.1f}us" for label, t in us.items())
               + f" slab_ps_per_segment={us['slab'] * 1e6 / segments:.0f} (x{sms} SMs = {us['slab'] * 1e3 * sms / segments:.1f} ns)"
