@@ -359,7 +359,8 @@ SPMM = _table(
               "HP-SpMM hybrid node/edge parallel, equal nonzeros per lane group, vector loads",
               dtypes=ALL_DTYPES),
     Algorithm("slab", "cuda", slab.spmm_slab,
-              "column-slab tiles, one block per SM: B rows re-used from L1 (dense graphs, N >= 32)"),
+              "column-slab tiles, one block per SM: B rows re-used from L1 (dense graphs, N >= 32)",
+              dtypes=ALL_DTYPES),
     Algorithm("hc", "cuda", functools.partial(hc.spmm_hc, mode="hybrid"),
               "HC-SpMM 16-row windows, dense-tile or CUDA-core path per window (LR selector); 16-bit tiles on "
               "the tensor cores", ("sum",), dtypes=ALL_DTYPES, precisions=("ieee", "tf32"), half_on_tensor_cores=True),

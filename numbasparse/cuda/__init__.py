@@ -53,8 +53,8 @@ def kernel_configs():
             # take 4 columns a lane, narrower or misaligned N fewer (slab.lane_layout)
             lane_counts = (32, 16, 8) if np.dtype(value).itemsize == 4 else (32,)
             for lanes, vec in ((lanes, vec) for lanes in lane_counts for vec in vecs):
-                depth = slab.gather_depth(vec, np.dtype(value).itemsize)
                 config = slab.DEFAULT
+                depth = slab.kernel_depth(code, vec, slab.gather_depth(vec, np.dtype(value).itemsize), value)
                 configs.append((f"spmm_slab lanes={lanes} vec={vec} depth={depth} {reduce} {value}/{index}",
                                 slab.spmm_slab_kernel(code, vec, depth, config.warps, value, index, config.vector_red,
                                                       config.column_first, lanes),
@@ -124,6 +124,19 @@ def kernel_configs():
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, True),
                                 (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
                                  numba.int64)))
+        F = numba.float32
+        for reduce, code in reductions.CODES.items():  # the column slab into a float32 C: every shape
+            # lane_layout reaches in bfloat16 (lanes 32 / 16 / 8 x 8, 4, 2, 1 columns), the widest in float16
+            for lanes, vec in ((lanes, vec) for lanes in (32, 16, 8) for vec in (8, 4, 2, 1)
+                               if fmt == "bf16" or vec == 8):
+                config = slab.DEFAULT
+                depth = slab.kernel_depth(code, vec, slab.gather_depth(vec, 2), np.float32)
+                configs.append((f"spmm_slab lanes={lanes} vec={vec} depth={depth} {reduce} {fmt}",
+                                slab.spmm_slab_kernel(code, vec, depth, config.warps, fmt, "<i4", config.vector_red,
+                                                      config.column_first, lanes),
+                                (*csr, I[::1], I[::1], I[::1], I[::1], H[:, ::1], F[:, ::1])))
+            configs.append((f"slab round {reduce} {fmt}", slab.round_kernel(code, fmt, "<i4"),
+                            (I[::1], F[:, ::1], H[:, ::1])))
         for skips in (False, True):
             configs.append((f"sddmm_hp vec=8 group=4 skips_runs={skips} {fmt}",
                             hp.sddmm_hp_kernel(8, 4, fmt, skips),

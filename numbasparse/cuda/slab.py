@@ -27,20 +27,24 @@ from numba import cuda
 from numba.cuda import config
 
 from .. import reductions
+from ..dtypes import kernel_format
 from ..preprocess.slab_tiles import SlabTiles, balanced_tile_nnz
-from . import launch
+from . import device, launch
 from .device import WARP_SIZE as WARP
 from .device import cdiv, device_limits, grid_stride_grid
-from .fill import fill_identity
+from .fill import fill_identity, fill_rows_kernel
 from .reductions import combine, mean_scale
-from .intrinsics import (atomic_max_float, atomic_min_float, shfl_idx, syncwarp, vector_load, vector_red_add,
-                         vector_width)
+from .intrinsics import (atomic_max_float, atomic_min_float, converters, shfl_idx, syncwarp, value_types,
+                         vector_load, vector_red_add, vector_width)
 
 #: Register cap: 32 warps x 64 registers fill an SM's register file, so a block is alone on its
 #: SM and its tile's slab has the SM's L1 to itself.
 MAX_REGISTERS = 64
 #: Widest column vector of a lane: 4 float32 or 2 float64 (4 float64 spill under the cap).
 VECTOR_BYTES = 16
+#: Most B values a lane holds in flight where it flushes through the shared-memory transpose
+#: (:func:`kernel_depth`).
+TRANSPOSED_GATHER = 16
 #: Fewest lanes a segment takes (:func:`lane_layout`): a narrow column tile is split into lane
 #: groups of at least this many lanes, each running its own segment.
 MIN_LANES = 8
@@ -95,15 +99,41 @@ def lane_layout(n_cols, itemsize, *arrays, config=None):
     without ``config.lane_groups`` and for float64, whose groups spill under the register cap),
     then the vectors; each lane loads ``depth`` entries' vectors ahead (:func:`gather_depth`)."""
     config = config or DEFAULT
-    vec = vector_width(n_cols, itemsize, *arrays)
+    vec = vector_width(n_cols, itemsize, *(a for a in arrays if a.dtype.itemsize == itemsize))
     while vec > 1 and vec * itemsize > VECTOR_BYTES:
         vec //= 2
+    for a in arrays:  # a float32 C of 16-bit operands: its vector reductions (two of 4 for 8 columns)
+        if a.dtype.itemsize != itemsize:
+            vec = min(vec, _wide(vector_width(n_cols, a.dtype.itemsize, a), a.dtype.itemsize))
     lanes = WARP
     while config.lane_groups and itemsize <= 4 and lanes > MIN_LANES and lanes * vec > n_cols:
         lanes //= 2
     while vec > 1 and lanes * vec > n_cols:
         vec //= 2
     return lanes, vec, gather_depth(vec, itemsize, config)
+
+
+def _wide(vec, itemsize):
+    """Columns a lane may own given C's own vector width ``vec``: any, once C takes full vectors."""
+    return 8 if vec * itemsize >= VECTOR_BYTES else vec
+
+
+def vector_flush(reduce_code, vec, compute, vector_red=True):
+    """True where a lane combines its partial row into C with vector reductions
+    (``red.global.add.v2/.v4.f32``: float32 sums and means, 2 or more columns), not through
+    the shared-memory transpose and scalar atomics."""
+    return vector_red and vec > 1 and np.dtype(compute) == np.float32 and reduce_code in (reductions.SUM,
+                                                                                          reductions.MEAN)
+
+
+def kernel_depth(reduce_code, vec, depth, compute, config=None):
+    """The gather depth compiled: :func:`lane_layout`'s, but at most TRANSPOSED_GATHER values a
+    lane where the partial rows leave through the transpose, whose registers come on top (16-bit
+    max/min at 8 columns a lane and depth 4 spill 32 bytes in lane groups, ptxas sm_90)."""
+    config = config or DEFAULT
+    if vector_flush(reduce_code, vec, compute, config.vector_red):
+        return depth
+    return max(1, min(depth, TRANSPOSED_GATHER // vec))
 
 
 def gather_depth(vec, itemsize, config=None):
@@ -152,9 +182,11 @@ def balanced_tiling(indices, n_cols_a, n_cols, itemsize, *arrays, config=None):
 
 
 @launch.kernel_factory
-def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, vector_red=False,
+def spmm_slab_kernel(reduce_code, vec, depth, warps, fmt, index_dtype, vector_red=False,
                      column_first=False, lanes=WARP):
-    """Compile-once factory of the column-slab SpMM kernel.
+    """Compile-once factory of the column-slab SpMM kernel for values and B of format ``fmt``
+    (:func:`~numbasparse.dtypes.kernel_format`; 16-bit ones read as their bits and converted to
+    float32 as they are loaded) into a C of their compute type (float32 for 16-bit values).
 
     Thread mapping: block (b, y) computes the b-th tile of :class:`SlabTiles`' order (largest
     first) for the column tile y of ``lanes * vec`` columns; warp w of the block's ``warps`` takes
@@ -174,15 +206,16 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
     covers ``lanes`` consecutive columns instead of scattered ones; or, with ``vector_red``
     (float32 sums and means, vec 2 or 4), each lane adds its ``vec`` columns with one vector
     reduction (``intrinsics.vector_red_add``), no transpose."""
-    value_type = numba.from_dtype(np.dtype(value_dtype))
+    _, value_type, compute = value_types(fmt)
+    to_compute = converters(fmt)[0]
     itype = numba.from_dtype(np.dtype(index_dtype))
     # a non-negative entry index as an unsigned one: no negative-index wrap-around code
     nonneg = numba.uint32 if itype.bitwidth == 32 else numba.uint64
     i32 = numba.int32
     zero_index = itype(0)
-    zero_value = np.dtype(value_dtype).type(0)
-    init = np.dtype(value_dtype).type(reductions.initial(reduce_code))
-    load = vector_load(vec, column_first)
+    zero_value = compute(0)
+    init = compute(reductions.initial(reduce_code))
+    load = vector_load(vec, column_first, fmt)
     MEAN, MAX, MIN = reductions.MEAN, reductions.MAX, reductions.MIN
     scale_of = mean_scale(reduce_code, value_type)
     tile = lanes * vec
@@ -190,8 +223,7 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
     groups = WARP // lanes
     group_shift = lanes.bit_length() - 1
     gathered_size = depth * vec
-    vector_red = vector_red and vec > 1 and np.dtype(value_dtype) == np.float32 and reduce_code in (
-        reductions.SUM, MEAN)
+    vector_red = vector_flush(reduce_code, vec, compute, vector_red)
     red2, red4 = vector_red_add(2, column_first), vector_red_add(4, column_first)
     options = {} if config.ENABLE_CUDASIM else {"max_registers": MAX_REGISTERS}
 
@@ -201,7 +233,7 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
         ``end``, else (0, 0)."""
         mine = itype(start + itype(lane))
         if mine < end:
-            return indices[nonneg(mine)], data[nonneg(mine)]
+            return indices[nonneg(mine)], to_compute(data[nonneg(mine)])
         return zero_index, zero_value
 
     @cuda.jit(device=True, inline="always")
@@ -310,8 +342,10 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, value_dtype, index_dtype, v
                         for v in range(vec):
                             acc[v] = acc[v] * scale
                     if active and mine:
-                        if vec == 4:
+                        if vec >= 4:  # (8 columns of 16-bit operands: two reductions of 4)
                             red4(C, row, j, (acc[0], acc[1], acc[2], acc[3]))
+                            if vec == 8:
+                                red4(C, row, j + i32(4), (acc[4], acc[5], acc[6], acc[7]))
                         else:
                             red2(C, row, j, (acc[0], acc[1]))
                     continue
@@ -349,18 +383,64 @@ def _tiles(A, width, per_tile, config):
 
 
 def _plan(A, code, n, B, C, slab_width, tile_nnz, config):
-    """(kernel, grid, tile arrays) of the column-slab SpMM for A: the layout and tiling rules."""
-    lanes, vec, depth = lane_layout(n, C.dtype.itemsize, B, C, config=config)  # (C aligned for the vector reductions)
+    """(kernel, grid, tile arrays) of the column-slab SpMM for A into C (of the values' compute
+    type): the layout and tiling rules, for B's bytes a value."""
+    itemsize = B.dtype.itemsize
+    lanes, vec, depth = lane_layout(n, itemsize, B, C, config=config)  # (C aligned for the vector reductions)
     if tile_nnz or slab_width:
-        tile_cols, width, per_tile = tiling(A.nnz, A.shape[1], n, C.dtype.itemsize, B, C, config=config)
+        tile_cols, width, per_tile = tiling(A.nnz, A.shape[1], n, itemsize, B, C, config=config)
     else:  # a pass over the host pattern: once per width, not per reduction and alignment
         tile_cols, width, per_tile = A.cache.get_or_build(
-            "plans", ("slab_tiling", n, C.dtype.itemsize, lanes * vec, config),
-            lambda: balanced_tiling(A._host.indices[:A.nnz], A.shape[1], n, C.dtype.itemsize, B, C, config=config))
+            "plans", ("slab_tiling", n, itemsize, lanes * vec, config),
+            lambda: balanced_tiling(A._host.indices[:A.nnz], A.shape[1], n, itemsize, B, C, config=config))
     arrays, tiles = _tiles(A, slab_width or width, tile_nnz or per_tile, config)
-    kernel = spmm_slab_kernel(code, vec, depth, config.warps, C.dtype.str, A.index_dtype.str, config.vector_red,
-                              config.column_first, lanes)
+    depth = kernel_depth(code, vec, depth, C.dtype, config)
+    kernel = spmm_slab_kernel(code, vec, depth, config.warps, kernel_format(A.dtype), A.index_dtype.str,
+                              config.vector_red, config.column_first, lanes)
     return kernel, (tiles.n_tiles, cdiv(n, tile_cols)), arrays
+
+
+@launch.kernel_factory
+def round_kernel(reduce_code, fmt, index_dtype):
+    """Compile-once factory of the pass that rounds the float32 workspace W of a 16-bit C into C
+    (format ``fmt``) and leaves W filled again for the next call: the reduction's identity in
+    the rows of A that have entries, 0 elsewhere (sum and mean: 0 everywhere).  Thread mapping:
+    one thread per element, grid-stride."""
+    to_storage = converters(fmt)[1]
+    extremum = reductions.is_extremum(reduce_code)
+    identity = np.float32(reductions.initial(reduce_code))
+    zero = np.float32(0)
+
+    @cuda.jit
+    def round_into(indptr, W, C):
+        n = C.shape[1]
+        for e in range(cuda.grid(1), C.shape[0] * n, cuda.gridsize(1)):
+            i = e // n
+            j = e - i * n
+            C[i, j] = to_storage(W[i, j])
+            W[i, j] = identity if extremum and indptr[i + 1] > indptr[i] else zero
+
+    return round_into
+
+
+def _workspace(A, code, m, n, stream):
+    """(stream handle, W): the float32 (m, n) workspace a 16-bit C is computed in on ``stream``,
+    kept in ``A.cache`` per stream and filled as the kernel needs it (the reduction's identity,
+    :func:`fill_identity`), which :func:`round_kernel` restores after every call, so a call
+    needs no fill of its own.  (One per stream: calls on one stream run one after another.)"""
+    handle = launch.stream_handle(stream)
+    state = code if reductions.is_extremum(code) else reductions.SUM  # sum and mean: both 0
+
+    def build():
+        with device.allocating("the column-slab SpMM's float32 workspace", m * n * 4):
+            W = cuda.device_array((m, n), np.float32)
+        if state == reductions.SUM:
+            fill_identity(W, state, stream)
+        else:
+            launch.run(fill_rows_kernel(W.dtype.str, A.index_dtype.str), *grid_stride_grid(m * n), stream,
+                       _all_rows(A), A.indptr, W, 0.0, reductions.initial(state))
+        return W
+    return handle, A.cache.get_or_build("scratch", ("slab_workspace", n, state, handle), build)
 
 
 @launch.kernel_factory
@@ -413,23 +493,38 @@ def _all_rows(A):
 def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None, config=None):
     """Launch the column-slab SpMM: fill C with the reduction's identity (sum and mean: a
     memset; max and min: the identity in rows with entries, 0 in the others), then one block per
-    (tile, column tile).  The layout, tiling and kernel are chosen once per pattern, N, dtype
-    and alignment of B and C (a plan kept in ``A.cache``).  ``slab_width``/``tile_nnz``
-    override the tiling rule, ``config`` (a :class:`SlabConfig`, default DEFAULT) the kernel's
-    parameters (tools and tests)."""
+    (tile, column tile).  A 16-bit C (uint16 bits) is computed in a float32 workspace instead
+    (:func:`_workspace`), then rounded into C once.  The layout, tiling and kernel are chosen
+    once per pattern, N, dtype and alignment of B and C (a plan kept in ``A.cache``).
+    ``slab_width``/``tile_nnz`` override the tiling rule, ``config`` (a :class:`SlabConfig`,
+    default DEFAULT) the kernel's parameters (tools and tests)."""
     config = config or DEFAULT
     m, n = C.shape
     if m == 0 or n == 0:
         return
     code = reductions.CODES[reduce]
-    if reductions.is_extremum(code) and A.nnz > 0:
-        fill_identity(C, code, stream, rows=_all_rows(A), A=A, key=("slab_fill", code, n, C.dtype.str))
-    else:  # (max and min with no entries: all rows 0)
+    rounded = C.dtype == np.uint16  # a 16-bit C: partial rows are never combined in 16 bits
+    if A.nnz == 0:  # every row empty: 0 for every reduction
         fill_identity(C, reductions.SUM, stream)
-    if A.nnz == 0:
         return
-    key = ("spmm_slab", code, n, C.dtype.str, launch.alignment(B), launch.alignment(C), slab_width, tile_nnz, config)
+    if rounded:
+        handle, target = _workspace(A, code, m, n, stream)
+    else:
+        target = C
+        if reductions.is_extremum(code):
+            fill_identity(C, code, stream, rows=_all_rows(A), A=A, key=("slab_fill", code, n, C.dtype.str))
+        else:
+            fill_identity(C, reductions.SUM, stream)
+    key = ("spmm_slab", code, n, A.dtype.name, target.dtype.str, launch.alignment(B), launch.alignment(target),
+           slab_width, tile_nnz, config)
     kernel, grid, arrays = A.cache.get_or_build("plans", key,
-                                                lambda: _plan(A, code, n, B, C, slab_width, tile_nnz, config))
-    args = (A.indptr, A.indices, A.data, *arrays, B, C)
-    launch.run_bound(A.cache, key, kernel, grid, config.warps * WARP, stream, args, (7, 8))
+                                                lambda: _plan(A, code, n, B, target, slab_width, tile_nnz, config))
+    args = (A.indptr, A.indices, A.data, *arrays, B, target)
+    if not rounded:
+        launch.run_bound(A.cache, key, kernel, grid, config.warps * WARP, stream, args, (7, 8))
+        return
+    # the workspace is bound into both launches (it is this stream's, and a replay reuses it)
+    launch.run_bound(A.cache, key + (handle, id(target)), kernel, grid, config.warps * WARP, stream, args, (7,))
+    launch.run_bound(A.cache, ("slab_round", code, n, A.dtype.name, handle, id(target)),
+                     round_kernel(code, kernel_format(A.dtype), A.index_dtype.str), *grid_stride_grid(m * n), stream,
+                     (A.indptr, target, C), (2,))

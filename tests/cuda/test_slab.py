@@ -1,12 +1,14 @@
 """Column-slab tiled SpMM on the simulator (or a GPU): tiles, segments, column tiles, dtypes."""
 from dataclasses import replace
 
+import ml_dtypes
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from numba import cuda
 
-from numbasparse import CSR, dispatch, graphs
+import numbasparse as ns
+from numbasparse import CSR, dispatch, graphs, reductions
 from numbasparse.cuda import slab
 from numbasparse.cuda.device import simulator_enabled
 from numbasparse.preprocess.slab_tiles import SlabTiles, entries_per_segment
@@ -73,6 +75,61 @@ def test_lane_layout_splits_warps_into_groups_before_narrowing_vectors():
     assert slab.lane_layout(32, 8) == (32, 1, 4)   # and no lane groups
     assert slab.lane_layout(70, 4) == (32, 2, 4)   # N = 70 takes vectors of 2 only
     assert slab.lane_layout(64, 4, config=replace(slab.DEFAULT, lane_groups=False)) == (32, 2, 4)
+
+
+class _Aligned:
+    """A stand-in for a device array at ``address`` (only its alignment and dtype are read)."""
+
+    def __init__(self, dtype, address):
+        self.dtype, self.ptr = np.dtype(dtype), address
+
+
+def test_lane_layout_of_16_bit_operands_takes_8_columns_a_lane_and_c_alignment_in_its_own_bytes():
+    assert slab.lane_layout(256, 2) == (32, 8, 4) and slab.lane_layout(128, 2) == (16, 8, 4)
+    assert slab.lane_layout(64, 2) == (8, 8, 4) and slab.lane_layout(32, 2) == (8, 4, 4)
+    B = _Aligned(np.uint16, 256)
+    assert slab.lane_layout(128, 2, B, _Aligned(np.float32, 512)) == (16, 8, 4)  # two vector reductions of 4
+    assert slab.lane_layout(128, 2, B, _Aligned(np.float32, 8)) == (32, 2, 4)  # a float32 C aligned to 8 bytes
+    assert slab.kernel_depth(reductions.MAX, 8, 4, np.float32) == 2  # the transpose's registers
+    assert slab.kernel_depth(reductions.SUM, 8, 4, np.float32) == 4
+
+
+HALVES = {"float16": (np.float16, 2.0**-11), "bfloat16": (ml_dtypes.bfloat16, 2.0**-8)}
+
+
+@pytest.mark.parametrize("name,n_cols,reductions_", [("bfloat16", 64, ("sum", "max", "sum")),
+                                                     ("float16", 24, ("mean", "min"))])
+def test_16_bit_operands_are_computed_in_float32_rounded_once_and_leave_the_workspace_filled(
+        name, n_cols, reductions_):
+    """Each call on one matrix, fresh B, another reduction: the workspace the last call rounded
+    from was restored to the next reduction's fill (N = 64: groups of 8 lanes x 8 columns, two
+    vector reductions a lane; N = 24: 8 x 2, two column tiles)."""
+    dtype, u = HALVES[name]
+    rng = np.random.default_rng()
+    A = random_graph(rng, (14, 37), [0, 30, 5, 1, 0, 37, 12, 2, 9, 0, 20, 3, 7, 18])
+    dev = CSR.from_scipy(A, dtype=name)
+    exact = A.copy()
+    exact.data = exact.data.astype(dtype).astype(np.float64)  # the values the kernel multiplies
+    config = replace(slab.DEFAULT, max_segment=3)
+    for reduce in reductions_:
+        B = random_dense(rng, (37, n_cols), np.float32).astype(dtype)
+        C = cuda.to_device(np.full((14, n_cols), 0x7FFF, np.uint16))  # poisoned: NaN bits
+        slab.spmm_slab(dev, cuda.to_device(B.view(np.uint16)), C, reduce, slab_width=8, tile_nnz=10, config=config)
+        C = C.copy_to_host().view(dtype).astype(np.float64)
+        reference = spmm_reference(exact, B.astype(np.float64), reduce)
+        assert np.all(C[[0, 4, 9]] == 0)
+        assert np.linalg.norm(C - reference) <= u * np.linalg.norm(reference), reduce
+
+
+def test_16_bit_operands_into_a_float32_out_are_not_rounded():
+    rng = np.random.default_rng()
+    A = random_graph(rng, (10, 30), [0, 30, 5, 1, 0, 12, 2, 9, 20, 3])
+    B = random_dense(rng, (30, 32), np.float32).astype(ml_dtypes.bfloat16)
+    out = np.full((10, 32), np.nan, np.float32)
+    ns.spmm(A, B, algorithm="slab", out=out)
+    exact = A.copy()
+    exact.data = exact.data.astype(ml_dtypes.bfloat16).astype(np.float64)
+    assert_close(out, spmm_reference(exact, B.astype(np.float64), "sum"), np.float32)
 
 
 @pytest.mark.parametrize("n_cols,reduce", [(32, "sum"), (64, "max")])
