@@ -54,7 +54,7 @@ def kernel_configs():
             lane_counts = (32, 16, 8) if np.dtype(value).itemsize == 4 else (32,)
             for lanes, vec in ((lanes, vec) for lanes in lane_counts for vec in vecs):
                 config = slab.DEFAULT
-                depth = slab.kernel_depth(code, vec, slab.gather_depth(vec, np.dtype(value).itemsize), value)
+                depth = slab.gather_depth(vec, np.dtype(value).itemsize)
                 configs.append((f"spmm_slab lanes={lanes} vec={vec} depth={depth} {reduce} {value}/{index}",
                                 slab.spmm_slab_kernel(code, vec, depth, config.warps, value, index, config.vector_red,
                                                       config.column_first, lanes),
@@ -126,11 +126,11 @@ def kernel_configs():
                                  numba.int64)))
         F = numba.float32
         for reduce, code in reductions.CODES.items():  # the column slab into a float32 C: every shape
-            # lane_layout reaches in bfloat16 (lanes 32 / 16 / 8 x 8, 4, 2, 1 columns), the widest in float16
-            for lanes, vec in ((lanes, vec) for lanes in (32, 16, 8) for vec in (8, 4, 2, 1)
-                               if fmt == "bf16" or vec == 8):
+            # lane_layout reaches in bfloat16 (lanes 32 / 16 / 8 x 4, 2, 1 columns), the widest in float16
+            for lanes, vec in ((lanes, vec) for lanes in (32, 16, 8) for vec in (4, 2, 1)
+                               if fmt == "bf16" or vec == 4):
                 config = slab.DEFAULT
-                depth = slab.kernel_depth(code, vec, slab.gather_depth(vec, 2), np.float32)
+                depth = slab.gather_depth(vec, 2)
                 configs.append((f"spmm_slab lanes={lanes} vec={vec} depth={depth} {reduce} {fmt}",
                                 slab.spmm_slab_kernel(code, vec, depth, config.warps, fmt, "<i4", config.vector_red,
                                                       config.column_first, lanes),

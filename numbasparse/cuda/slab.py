@@ -42,9 +42,10 @@ from .intrinsics import (atomic_max_float, atomic_min_float, converters, shfl_id
 MAX_REGISTERS = 64
 #: Widest column vector of a lane: 4 float32 or 2 float64 (4 float64 spill under the cap).
 VECTOR_BYTES = 16
-#: Most B values a lane holds in flight where it flushes through the shared-memory transpose
-#: (:func:`kernel_depth`).
-TRANSPOSED_GATHER = 16
+#: ... and at most 4 columns a lane for 16-bit values (8 bytes): 8 columns from one 16-byte load
+#: ran 1.2-1.6x slower than 4 at N = 64..256 (bfloat16, H200, BENCHMARKS.md "16-bit operands in
+#: the slab kernel").
+MAX_COLUMNS = 4
 #: Fewest lanes a segment takes (:func:`lane_layout`): a narrow column tile is split into lane
 #: groups of at least this many lanes, each running its own segment.
 MIN_LANES = 8
@@ -100,11 +101,11 @@ def lane_layout(n_cols, itemsize, *arrays, config=None):
     then the vectors; each lane loads ``depth`` entries' vectors ahead (:func:`gather_depth`)."""
     config = config or DEFAULT
     vec = vector_width(n_cols, itemsize, *(a for a in arrays if a.dtype.itemsize == itemsize))
-    while vec > 1 and vec * itemsize > VECTOR_BYTES:
+    while vec > 1 and (vec * itemsize > VECTOR_BYTES or vec > MAX_COLUMNS):
         vec //= 2
-    for a in arrays:  # a float32 C of 16-bit operands: its vector reductions (two of 4 for 8 columns)
+    for a in arrays:  # a float32 C of 16-bit operands: its own alignment for the vector reductions
         if a.dtype.itemsize != itemsize:
-            vec = min(vec, _wide(vector_width(n_cols, a.dtype.itemsize, a), a.dtype.itemsize))
+            vec = min(vec, vector_width(n_cols, a.dtype.itemsize, a))
     lanes = WARP
     while config.lane_groups and itemsize <= 4 and lanes > MIN_LANES and lanes * vec > n_cols:
         lanes //= 2
@@ -113,27 +114,12 @@ def lane_layout(n_cols, itemsize, *arrays, config=None):
     return lanes, vec, gather_depth(vec, itemsize, config)
 
 
-def _wide(vec, itemsize):
-    """Columns a lane may own given C's own vector width ``vec``: any, once C takes full vectors."""
-    return 8 if vec * itemsize >= VECTOR_BYTES else vec
-
-
 def vector_flush(reduce_code, vec, compute, vector_red=True):
     """True where a lane combines its partial row into C with vector reductions
     (``red.global.add.v2/.v4.f32``: float32 sums and means, 2 or more columns), not through
     the shared-memory transpose and scalar atomics."""
     return vector_red and vec > 1 and np.dtype(compute) == np.float32 and reduce_code in (reductions.SUM,
                                                                                           reductions.MEAN)
-
-
-def kernel_depth(reduce_code, vec, depth, compute, config=None):
-    """The gather depth compiled: :func:`lane_layout`'s, but at most TRANSPOSED_GATHER values a
-    lane where the partial rows leave through the transpose, whose registers come on top (16-bit
-    max/min at 8 columns a lane and depth 4 spill 32 bytes in lane groups, ptxas sm_90)."""
-    config = config or DEFAULT
-    if vector_flush(reduce_code, vec, compute, config.vector_red):
-        return depth
-    return max(1, min(depth, TRANSPOSED_GATHER // vec))
 
 
 def gather_depth(vec, itemsize, config=None):
@@ -342,10 +328,8 @@ def spmm_slab_kernel(reduce_code, vec, depth, warps, fmt, index_dtype, vector_re
                         for v in range(vec):
                             acc[v] = acc[v] * scale
                     if active and mine:
-                        if vec >= 4:  # (8 columns of 16-bit operands: two reductions of 4)
+                        if vec == 4:
                             red4(C, row, j, (acc[0], acc[1], acc[2], acc[3]))
-                            if vec == 8:
-                                red4(C, row, j + i32(4), (acc[4], acc[5], acc[6], acc[7]))
                         else:
                             red2(C, row, j, (acc[0], acc[1]))
                     continue
@@ -394,7 +378,6 @@ def _plan(A, code, n, B, C, slab_width, tile_nnz, config):
             "plans", ("slab_tiling", n, itemsize, lanes * vec, config),
             lambda: balanced_tiling(A._host.indices[:A.nnz], A.shape[1], n, itemsize, B, C, config=config))
     arrays, tiles = _tiles(A, slab_width or width, tile_nnz or per_tile, config)
-    depth = kernel_depth(code, vec, depth, C.dtype, config)
     kernel = spmm_slab_kernel(code, vec, depth, config.warps, kernel_format(A.dtype), A.index_dtype.str,
                               config.vector_red, config.column_first, lanes)
     return kernel, (tiles.n_tiles, cdiv(n, tile_cols)), arrays
@@ -405,22 +388,28 @@ def round_kernel(reduce_code, fmt, index_dtype):
     """Compile-once factory of the pass that rounds the float32 workspace W of a 16-bit C into C
     (format ``fmt``) and leaves W filled again for the next call: the reduction's identity in
     the rows of A that have entries, 0 elsewhere (sum and mean: 0 everywhere).  Thread mapping:
-    one thread per element, grid-stride."""
+    blocks of ROUND_ROWS x 32 threads, a warp per row and its lanes along the columns, rows
+    grid-stride (no division per element)."""
     to_storage = converters(fmt)[1]
     extremum = reductions.is_extremum(reduce_code)
     identity = np.float32(reductions.initial(reduce_code))
     zero = np.float32(0)
+    i32 = numba.int32
 
     @cuda.jit
     def round_into(indptr, W, C):
-        n = C.shape[1]
-        for e in range(cuda.grid(1), C.shape[0] * n, cuda.gridsize(1)):
-            i = e // n
-            j = e - i * n
-            C[i, j] = to_storage(W[i, j])
-            W[i, j] = identity if extremum and indptr[i + 1] > indptr[i] else zero
+        m, n = i32(C.shape[0]), i32(C.shape[1])
+        for i in range(i32(cuda.blockIdx.x * ROUND_ROWS + cuda.threadIdx.y), m, i32(cuda.gridDim.x * ROUND_ROWS)):
+            refill = identity if extremum and indptr[i + 1] > indptr[i] else zero
+            for j in range(i32(cuda.threadIdx.x), n, i32(WARP)):
+                C[i, j] = to_storage(W[i, j])
+                W[i, j] = refill
 
     return round_into
+
+
+#: Rows a block of the rounding pass takes at once (a warp each).
+ROUND_ROWS = 8
 
 
 def _workspace(A, code, m, n, stream):
@@ -526,5 +515,6 @@ def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None
     # the workspace is bound into both launches (it is this stream's, and a replay reuses it)
     launch.run_bound(A.cache, key + (handle, id(target)), kernel, grid, config.warps * WARP, stream, args, (7,))
     launch.run_bound(A.cache, ("slab_round", code, n, A.dtype.name, handle, id(target)),
-                     round_kernel(code, kernel_format(A.dtype), A.index_dtype.str), *grid_stride_grid(m * n), stream,
+                     round_kernel(code, kernel_format(A.dtype), A.index_dtype.str),
+                     min(cdiv(m, ROUND_ROWS), device_limits()[0] * 8), (WARP, ROUND_ROWS), stream,
                      (A.indptr, target, C), (2,))

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from numba import cuda
 
 import numbasparse as ns
-from numbasparse import CSR, dispatch, graphs, reductions
+from numbasparse import CSR, dispatch, graphs
 from numbasparse.cuda import slab
 from numbasparse.cuda.device import simulator_enabled
 from numbasparse.preprocess.slab_tiles import SlabTiles, entries_per_segment
@@ -84,14 +84,12 @@ class _Aligned:
         self.dtype, self.ptr = np.dtype(dtype), address
 
 
-def test_lane_layout_of_16_bit_operands_takes_8_columns_a_lane_and_c_alignment_in_its_own_bytes():
-    assert slab.lane_layout(256, 2) == (32, 8, 4) and slab.lane_layout(128, 2) == (16, 8, 4)
-    assert slab.lane_layout(64, 2) == (8, 8, 4) and slab.lane_layout(32, 2) == (8, 4, 4)
+def test_lane_layout_of_16_bit_operands_is_float32s_and_takes_c_alignment_in_its_own_bytes():
+    for n in (256, 128, 64, 32, 16):  # 4 columns a lane at most (8 bytes), as many as float32
+        assert slab.lane_layout(n, 2) == slab.lane_layout(n, 4)
     B = _Aligned(np.uint16, 256)
-    assert slab.lane_layout(128, 2, B, _Aligned(np.float32, 512)) == (16, 8, 4)  # two vector reductions of 4
+    assert slab.lane_layout(128, 2, B, _Aligned(np.float32, 512)) == (32, 4, 4)
     assert slab.lane_layout(128, 2, B, _Aligned(np.float32, 8)) == (32, 2, 4)  # a float32 C aligned to 8 bytes
-    assert slab.kernel_depth(reductions.MAX, 8, 4, np.float32) == 2  # the transpose's registers
-    assert slab.kernel_depth(reductions.SUM, 8, 4, np.float32) == 4
 
 
 HALVES = {"float16": (np.float16, 2.0**-11), "bfloat16": (ml_dtypes.bfloat16, 2.0**-8)}
@@ -102,8 +100,8 @@ HALVES = {"float16": (np.float16, 2.0**-11), "bfloat16": (ml_dtypes.bfloat16, 2.
 def test_16_bit_operands_are_computed_in_float32_rounded_once_and_leave_the_workspace_filled(
         name, n_cols, reductions_):
     """Each call on one matrix, fresh B, another reduction: the workspace the last call rounded
-    from was restored to the next reduction's fill (N = 64: groups of 8 lanes x 8 columns, two
-    vector reductions a lane; N = 24: 8 x 2, two column tiles)."""
+    from was restored to the next reduction's fill (N = 64: groups of 16 lanes x 4 columns;
+    N = 24: 8 x 2, two column tiles)."""
     dtype, u = HALVES[name]
     rng = np.random.default_rng()
     A = random_graph(rng, (14, 37), [0, 30, 5, 1, 0, 37, 12, 2, 9, 0, 20, 3, 7, 18])
