@@ -13,10 +13,13 @@ the shared graphs" and the sections named):
 op        rule                                                   measured
 ========= ====================================================== =================================
 spmm      CPU backend: ``cpu_rows``                              the only CPU kernel
-spmm      ``hp`` for float16/bfloat16 operands                   the kernels that write a 16-bit C
-                                                                 store whole rows, rounded once;
-                                                                 the others combine partial rows
-                                                                 atomically in C's dtype
+spmm      float16/bfloat16 operands: ``slab`` on graphs of at    bfloat16 on the 18 shared graphs
+          least SLAB_MIN_NNZ_HALF entries and N <=                and sampled subgraphs (H200): the
+          SLAB_MAX_COLUMNS_HALF where the float32 rules below     slab kernel's picks 1.04-1.34x
+          hold (on the 16-bit tiling), else ``hp``: HP writes a   faster by one call there, 0.78-
+          16-bit C whole in one launch; the slab kernel computes  0.96x on smaller graphs ("16-bit
+          in a float32 workspace and rounds it into C (a second   operands in the slab kernel")
+          launch)
 spmm      ``slab`` where N >= SLAB_MIN_COLUMNS (64 on short     18 real graphs x N = 64..256
           rows), B takes at most                                 (balanced tiles): at >= 4 and B
           SLAB_MAX_L2_SHARE of L2 and the default tiling's
@@ -135,6 +138,17 @@ SLAB_SEGMENT_NS = 32.0
 HP_GATHER_BYTES_PER_SM = 60e9
 HP_FIXED_US = 10.0
 SLAB_GUARD_MARGIN = 1.25
+#: 16-bit operands: the slab kernel adds a GPU operation to HP's single launch (the pass that
+#: rounds its float32 workspace into C), so it runs only on graphs of at least
+#: SLAB_MIN_NNZ_HALF entries, and up to SLAB_MAX_COLUMNS_HALF: HP gathers half the bytes in
+#: 16 bits, the slab kernel's cost per segment stays.  Measured (bfloat16, H200, one call,
+#: BENCHMARKS.md "16-bit operands in the slab kernel"): on the picks of the rules above, faster
+#: by kernel time but slower by one call on every graph of <= 238k entries (0.78-0.96x:
+#: a saving of 1-3 µs against a launch), faster on tolokers (1.0M) at N = 32 / 64 (1.05 /
+#: 1.04x) and on sampled subgraphs (1.25M each) at N = 32..128 (1.13-1.34x); at N = 256
+#: slower on tolokers, wiki-vote and its directed copy (kernel 0.85-0.89x).
+SLAB_MIN_NNZ_HALF = 500_000
+SLAB_MAX_COLUMNS_HALF = 128
 
 
 
@@ -430,11 +444,14 @@ def slab_pays(A, n_cols, itemsize):
     SLAB_MAX_L2_SHARE of the L2 cache, the default tiling's
     segments (runs of a row's entries in one column slab) average >= SLAB_MIN_SEGMENT entries
     (SLAB_MIN_SEGMENT_SHORT_ROWS on graphs of short rows), counted on A's pattern, and their
-    predicted time keeps up with HP's (:func:`slab_keeps_up_with_hp`).  Counted on the GPU for a
+    predicted time keeps up with HP's (:func:`slab_keeps_up_with_hp`); for 16-bit operands
+    (``itemsize`` 2) only on large graphs up to N = SLAB_MAX_COLUMNS_HALF.  Counted on the GPU for a
     device :class:`~numbasparse.CSR` (the answer kept in ``A.cache``: the rule runs on every
     call), on the host for a scipy matrix (L2, SMs and the tiling are the current GPU's either
     way)."""
     if n_cols < SLAB_MIN_COLUMNS or A.nnz == 0:
+        return False
+    if itemsize == 2 and (A.nnz < SLAB_MIN_NNZ_HALF or n_cols > SLAB_MAX_COLUMNS_HALF):
         return False
 
     def decide():

@@ -119,10 +119,14 @@ def test_algorithms_without_half_precision_name_those_with_it(graph):
     assert "slab" in [name for name, a in dispatch.SPMM.items() if "bfloat16" in a.dtypes]
 
 
-def test_auto_runs_hp_for_half_where_it_runs_slab_for_float32():
-    dense = ns.CSR.from_scipy(sp.csr_matrix(np.ones((256, 256), np.float32)))  # 32 entries per segment
-    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, "sum", 4, dense).name == "slab"
-    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, "sum", 2, dense, dtype=np.dtype(np.float16)).name == "hp"
+def test_auto_runs_the_slab_kernel_for_half_only_on_large_graphs_up_to_n_128():
+    half = np.dtype(np.float16)
+    small = sp.csr_matrix(np.ones((256, 256), np.float32))  # 32 entries per segment, 65k entries
+    large = sp.csr_matrix(np.ones((1024, 1024), np.float32))  # 1M entries
+    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, "sum", 4, small).name == "slab"
+    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, "sum", 2, small, dtype=half).name == "hp"
+    assert dispatch.resolve("spmm", "auto", "cuda", True, 128, "sum", 2, large, dtype=half).name == "slab"
+    assert dispatch.resolve("spmm", "auto", "cuda", True, 256, "sum", 2, large, dtype=half).name == "hp"
 
 
 def test_half_tiles_on_the_tensor_cores_and_bfloat16_need_sm80_and_name_the_alternatives(monkeypatch):
