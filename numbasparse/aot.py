@@ -50,8 +50,9 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
     compiled without an intact file to replace."""
     from numba import cuda
 
-    from . import api, arrays, csr
-    from .cuda import hp, launch, permute
+    from . import api, arrays, csr, dispatch
+    from .cuda import hp, launch, permute, slab
+    from .dtypes import is_half
     from .cuda.device import gpu_present, simulator_enabled
     from .disk import cache_dir
 
@@ -80,6 +81,9 @@ def precompile(dtypes=DEFAULT_DTYPES, n=DEFAULT_N, index_dtypes=DEFAULT_INDEX_DT
             api.spmm(A, B, reduce=reduce)
             if name == first:  # the variants HP's rules may pick on graphs unlike these
                 hp.precompile_variants(A, *_kernel_operands(A, B, X), reduce)
+            if name == "dense rows" and is_half(dtype) and k <= dispatch.SLAB_MAX_COLUMNS_HALF:
+                # auto's 16-bit column slab, which it takes on larger graphs than this one
+                slab.spmm_slab(A, *_kernel_operands(A, B), cuda.device_array((A.shape[0], k), np.uint16), reduce)
         api.sddmm(A, X, B)
         if A.shape[0] == A.shape[1]:
             for fuse in (True, False):  # fused="auto" takes either by the graph (dispatch.fuse_pays)

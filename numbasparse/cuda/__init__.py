@@ -119,6 +119,11 @@ def kernel_configs():
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True),
                                 (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
                                  numba.int64)))
+            for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1), (8, 4, 1, 1)):  # the filled launch into a
+                configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=False {reduce} {fmt}"
+                                f"/float32", hp.spmm_hp_kernel(code, lanes, vec, cf, fmt, "<i4", depth, False, "<f4"),
+                                (*csr, I[::1], H[:, ::1], numba.float32[:, ::1], numba.int64, numba.uint64[::1],
+                                 numba.int64, numba.int64)))  # float32 workspace (or out=), float32 layouts
             for lanes, vec, depth in ((32, 4, 4), (32, 8, 4)):  # the single launch in a scattered order
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True scattered {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, True),
@@ -135,7 +140,7 @@ def kernel_configs():
                                 slab.spmm_slab_kernel(code, vec, depth, config.warps, fmt, "<i4", config.vector_red,
                                                       config.column_first, lanes),
                                 (*csr, I[::1], I[::1], I[::1], I[::1], H[:, ::1], F[:, ::1])))
-            configs.append((f"slab round {reduce} {fmt}", slab.round_kernel(code, fmt, "<i4"),
+            configs.append((f"round {reduce} {fmt}", fill.round_kernel(code, fmt, "<i4"),
                             (I[::1], F[:, ::1], H[:, ::1])))
         for skips in (False, True):
             configs.append((f"sddmm_hp vec=8 group=4 skips_runs={skips} {fmt}",

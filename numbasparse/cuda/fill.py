@@ -1,12 +1,21 @@
 """Filling C with the reduction's identity before a kernel that combines split rows into it
 atomically (HP-SpMM off its single launch, the column-slab SpMM): 0 for sum and mean (the
 driver's memset), -inf/+inf for max/min in the rows that have entries and 0 in the empty
-ones (which no kernel writes)."""
+ones (which no kernel writes).
+
+A 16-bit C is never combined into atomically (each combine would round): those kernels combine
+into a float32 workspace kept filled between calls (:func:`workspace`), which a second launch
+rounds into C and fills again (:func:`round_into`)."""
+import numba
+import numpy as np
 from numba import cuda
 
 from .. import reductions
-from . import launch
-from .device import grid_stride_grid
+from ..dtypes import kernel_format
+from . import device, launch
+from .device import WARP_SIZE as WARP
+from .device import cdiv, device_limits, grid_stride_grid
+from .intrinsics import converters
 
 
 @launch.kernel_factory
@@ -52,3 +61,69 @@ def fill_identity(C, code, stream, *, rows=None, A=None, key=None):
     grid, block = grid_stride_grid(rows.shape[0] * C.shape[1])
     launch.run_bound(A.cache, key, fill_rows_kernel(C.dtype.str, rows.dtype.str), grid, block, stream,
                      (rows, A.indptr, C, 0.0, reductions.initial(code)), (2,))
+
+
+@launch.kernel_factory
+def round_kernel(reduce_code, fmt, index_dtype):
+    """Compile-once factory of the pass that rounds the float32 workspace W of a 16-bit C into C
+    (format ``fmt``) and leaves W filled again for the next call: the reduction's identity in
+    the rows of A that have entries, 0 elsewhere (sum and mean: 0 everywhere).  Thread mapping:
+    blocks of ROUND_ROWS x 32 threads, a warp per row and its lanes along the columns, rows
+    grid-stride (no division per element)."""
+    to_storage = converters(fmt)[1]
+    extremum = reductions.is_extremum(reduce_code)
+    identity = np.float32(reductions.initial(reduce_code))
+    zero = np.float32(0)
+    i32 = numba.int32
+
+    @cuda.jit
+    def round_into(indptr, W, C):
+        m, n = i32(C.shape[0]), i32(C.shape[1])
+        for i in range(i32(cuda.blockIdx.x * ROUND_ROWS + cuda.threadIdx.y), m, i32(cuda.gridDim.x * ROUND_ROWS)):
+            refill = identity if extremum and indptr[i + 1] > indptr[i] else zero
+            for j in range(i32(cuda.threadIdx.x), n, i32(WARP)):
+                C[i, j] = to_storage(W[i, j])
+                W[i, j] = refill
+
+    return round_into
+
+
+#: Rows a block of the rounding pass takes at once (a warp each).
+ROUND_ROWS = 8
+
+
+def workspace(A, code, n, stream):
+    """(stream handle, W): the float32 (M, n) workspace a 16-bit C of ``A @ B`` is computed in
+    on ``stream``, kept in ``A.cache`` per stream and filled for reduction ``code`` (sum and
+    mean share the zeros), which :func:`round_into` restores after every call, so a call needs
+    no fill of its own.  (One per stream: calls on one stream run one after another.)"""
+    handle = launch.stream_handle(stream)
+    state = code if reductions.is_extremum(code) else reductions.SUM
+    m = A.shape[0]
+
+    def build():
+        with device.allocating("a 16-bit result's float32 workspace", m * n * 4):
+            W = cuda.device_array((m, n), np.float32)
+        if state == reductions.SUM:
+            fill_identity(W, state, stream)
+        else:
+            launch.run(fill_rows_kernel(W.dtype.str, A.index_dtype.str), *grid_stride_grid(m * n), stream,
+                       all_rows(A), A.indptr, W, 0.0, reductions.initial(state))
+        return W
+    return handle, A.cache.get_or_build("scratch", ("workspace", n, state, handle), build)
+
+
+def round_into(A, W, C, code, handle, stream):
+    """Round the workspace W (:func:`workspace`, on the stream of driver ``handle``) into the
+    16-bit C and fill it again, bound to W: only C changes between calls."""
+    m, n = C.shape
+    launch.run_bound(A.cache, ("round", code, n, A.dtype.name, handle, id(W)),
+                     round_kernel(code, kernel_format(A.dtype), A.index_dtype.str),
+                     min(cdiv(m, ROUND_ROWS), device_limits()[0] * 8), (WARP, ROUND_ROWS), stream, (A.indptr, W, C),
+                     (2,))
+
+
+def all_rows(A):
+    """Device array 0..M-1 (A's index dtype): the rows a max/min launch fills."""
+    return A.cache.get_or_build("plans", ("all_rows",),
+                                lambda: cuda.to_device(np.arange(A.shape[0], dtype=A.index_dtype)))

@@ -27,7 +27,7 @@ from ..preprocess import rows as row_prep
 from . import device, launch
 from .device import WARP_SIZE as WARP
 from .device import cdiv
-from .fill import fill_identity
+from .fill import fill_identity, round_into, workspace
 from ..dtypes import compute_dtype, is_half, is_half_format, kernel_format, storage_dtype
 from .intrinsics import (atomic_max_float, atomic_min_float, converters, flagged_parts, flagged_words,
                          half_vector_store, shfl_down, syncblock, syncwarp_lanes, value_types, vector_load,
@@ -894,9 +894,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     block_groups = WARPS_PER_BLOCK * groups_per_warp
     grid = (cdiv(cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
     if is_half_format(out_fmt):  # a 16-bit C is written whole by the kernel, never combined atomically
-        if single is False:
-            raise ValueError(f"HP-SpMM on {A.dtype} runs as a single launch only (single=False given)")
-        single = True
+        single = True  # (spmm_hp runs the filled kernel for it into a float32 workspace)
     if single is None:
         single = single_launch(mean_row(A.nnz, pattern_fact(A, "nonempty_rows")),
                                pattern_fact(A, "crossing_span", block_groups * nnz_per_group),
@@ -947,6 +945,10 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
     fill, every row added atomically): how a product split by columns adds its parts.
 
+    A 16-bit C is written by the single launch, or, with ``single=False``, by the filled kernel
+    into a float32 workspace kept filled between calls, rounded into C by a second launch
+    (:func:`~numbasparse.cuda.fill.workspace`).
+
     ``values``: a device array of A.nnz values in A's dtype to use instead of A's (an SDDMM's
     scores), passed per call like B and C, so the launch binds on A (and a call that makes
     new values each time, as the unfused SDDMM -> SpMM does, is replayed)."""
@@ -962,6 +964,10 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
         if not accumulate:
             fill_identity(C, reductions.SUM, stream)
         return
+    rounded = C.dtype == np.uint16 and single is False  # a 16-bit C from the filled kernel
+    result = C
+    if rounded:
+        handle, C = workspace(A, code, n, stream)
     key = ("spmm_hp", code, n, A.dtype.name, C.dtype.str, launch.alignment(B), launch.alignment(C), nnz_per_group,
            lanes, layout, depth, single, accumulate, scattered)
     if values is not None:
@@ -977,14 +983,18 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
         bound_key = bound_key + (handle,)  # the bound launch holds this stream's scratch
     else:
         parts = plan.unused_scratch
-        if not accumulate:  # (accumulating: C holds what the product adds to)
+        if not accumulate and not rounded:  # (accumulating: C holds what the product adds to; a workspace is filled)
             if not merges_in_block(code):  # sum, mean: a memset
                 fill_identity(C, code, stream)
             elif plan.fill_rows is not None:  # max, min: the rows the block merge cannot store alone
                 fill_identity(C, code, stream, rows=plan.fill_rows, A=A, key=key + ("fill",))
+    if rounded:  # the workspace is bound into the launch (this stream's; a replay reuses it)
+        bound_key, variable = bound_key + (handle, id(C)), variable[:-1]
     args = (A.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts, plan.order_stride,
             plan.order_inverse)
     launch.run_bound(A.cache, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, variable)
+    if rounded:
+        round_into(A, C, result, code, handle, stream)
 
 
 # SDDMM --------------------------------------------------------------------------------------
@@ -1094,7 +1104,7 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_run
 def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
-    single launch only, in order and scattered), the wide tiles of :func:`wide_tiles` and, once
+    single launch, which ``auto`` takes for it, in order and scattered), the wide tiles of :func:`wide_tiles` and, once
     per call with ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and
     float64) the accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
@@ -1104,7 +1114,7 @@ def precompile_variants(A, B, X, reduce):
     half = is_half(A.dtype)
     C = cuda.device_array((A.shape[0], B.shape[1]), storage_dtype(A.dtype))
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
-        for single in (True,) if half else (True, False):  # a 16-bit C is written by the single launch only
+        for single in (True,) if half else (True, False):  # auto writes a 16-bit C by the single launch
             spmm_hp(A, B, C, reduce, depth=depth, single=single, scattered=False)
         if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`scatter_blocks`)
             spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=True)

@@ -29,10 +29,10 @@ from numba.cuda import config
 from .. import reductions
 from ..dtypes import kernel_format
 from ..preprocess.slab_tiles import SlabTiles, balanced_tile_nnz
-from . import device, launch
+from . import launch
 from .device import WARP_SIZE as WARP
 from .device import cdiv, device_limits, grid_stride_grid
-from .fill import fill_identity, fill_rows_kernel
+from .fill import all_rows, fill_identity, round_into, workspace
 from .reductions import combine, mean_scale
 from .intrinsics import (atomic_max_float, atomic_min_float, converters, shfl_idx, syncwarp, value_types,
                          vector_load, vector_red_add, vector_width)
@@ -384,55 +384,6 @@ def _plan(A, code, n, B, C, slab_width, tile_nnz, config):
 
 
 @launch.kernel_factory
-def round_kernel(reduce_code, fmt, index_dtype):
-    """Compile-once factory of the pass that rounds the float32 workspace W of a 16-bit C into C
-    (format ``fmt``) and leaves W filled again for the next call: the reduction's identity in
-    the rows of A that have entries, 0 elsewhere (sum and mean: 0 everywhere).  Thread mapping:
-    blocks of ROUND_ROWS x 32 threads, a warp per row and its lanes along the columns, rows
-    grid-stride (no division per element)."""
-    to_storage = converters(fmt)[1]
-    extremum = reductions.is_extremum(reduce_code)
-    identity = np.float32(reductions.initial(reduce_code))
-    zero = np.float32(0)
-    i32 = numba.int32
-
-    @cuda.jit
-    def round_into(indptr, W, C):
-        m, n = i32(C.shape[0]), i32(C.shape[1])
-        for i in range(i32(cuda.blockIdx.x * ROUND_ROWS + cuda.threadIdx.y), m, i32(cuda.gridDim.x * ROUND_ROWS)):
-            refill = identity if extremum and indptr[i + 1] > indptr[i] else zero
-            for j in range(i32(cuda.threadIdx.x), n, i32(WARP)):
-                C[i, j] = to_storage(W[i, j])
-                W[i, j] = refill
-
-    return round_into
-
-
-#: Rows a block of the rounding pass takes at once (a warp each).
-ROUND_ROWS = 8
-
-
-def _workspace(A, code, m, n, stream):
-    """(stream handle, W): the float32 (m, n) workspace a 16-bit C is computed in on ``stream``,
-    kept in ``A.cache`` per stream and filled as the kernel needs it (the reduction's identity,
-    :func:`fill_identity`), which :func:`round_kernel` restores after every call, so a call
-    needs no fill of its own.  (One per stream: calls on one stream run one after another.)"""
-    handle = launch.stream_handle(stream)
-    state = code if reductions.is_extremum(code) else reductions.SUM  # sum and mean: both 0
-
-    def build():
-        with device.allocating("the column-slab SpMM's float32 workspace", m * n * 4):
-            W = cuda.device_array((m, n), np.float32)
-        if state == reductions.SUM:
-            fill_identity(W, state, stream)
-        else:
-            launch.run(fill_rows_kernel(W.dtype.str, A.index_dtype.str), *grid_stride_grid(m * n), stream,
-                       _all_rows(A), A.indptr, W, 0.0, reductions.initial(state))
-        return W
-    return handle, A.cache.get_or_build("scratch", ("slab_workspace", n, state, handle), build)
-
-
-@launch.kernel_factory
 def segment_count_kernel():
     """Compile-once factory of the kernel counting a pattern's segments (runs of one row's
     entries in one slab of ``width`` columns), grid-stride: an entry starts one where its slab
@@ -473,17 +424,11 @@ def _count_segments(A, width):
     return A.nnz / float(total.copy_to_host()[0])
 
 
-def _all_rows(A):
-    """Device array 0..M-1 (A's index dtype): the rows a max/min launch fills."""
-    return A.cache.get_or_build("plans", ("all_rows",),
-                                lambda: cuda.to_device(np.arange(A.shape[0], dtype=A.index_dtype)))
-
-
 def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None, config=None):
     """Launch the column-slab SpMM: fill C with the reduction's identity (sum and mean: a
     memset; max and min: the identity in rows with entries, 0 in the others), then one block per
     (tile, column tile).  A 16-bit C (uint16 bits) is computed in a float32 workspace instead
-    (:func:`_workspace`), then rounded into C once.  The layout, tiling and kernel are chosen
+    (:func:`~numbasparse.cuda.fill.workspace`), then rounded into C once.  The layout, tiling and kernel are chosen
     once per pattern, N, dtype and alignment of B and C (a plan kept in ``A.cache``).
     ``slab_width``/``tile_nnz`` override the tiling rule, ``config`` (a :class:`SlabConfig`,
     default DEFAULT) the kernel's parameters (tools and tests)."""
@@ -497,11 +442,11 @@ def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None
         fill_identity(C, reductions.SUM, stream)
         return
     if rounded:
-        handle, target = _workspace(A, code, m, n, stream)
+        handle, target = workspace(A, code, n, stream)
     else:
         target = C
         if reductions.is_extremum(code):
-            fill_identity(C, code, stream, rows=_all_rows(A), A=A, key=("slab_fill", code, n, C.dtype.str))
+            fill_identity(C, code, stream, rows=all_rows(A), A=A, key=("slab_fill", code, n, C.dtype.str))
         else:
             fill_identity(C, reductions.SUM, stream)
     key = ("spmm_slab", code, n, A.dtype.name, target.dtype.str, launch.alignment(B), launch.alignment(target),
@@ -514,7 +459,4 @@ def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None
         return
     # the workspace is bound into both launches (it is this stream's, and a replay reuses it)
     launch.run_bound(A.cache, key + (handle, id(target)), kernel, grid, config.warps * WARP, stream, args, (7,))
-    launch.run_bound(A.cache, ("slab_round", code, n, A.dtype.name, handle, id(target)),
-                     round_kernel(code, kernel_format(A.dtype), A.index_dtype.str),
-                     min(cdiv(m, ROUND_ROWS), device_limits()[0] * 8), (WARP, ROUND_ROWS), stream,
-                     (A.indptr, target, C), (2,))
+    round_into(A, target, C, code, handle, stream)

@@ -5,8 +5,8 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
 - the rules' own choice, what ``algorithm="auto"`` runs, always ranked first: the tuned choice
   is the fastest of a set that holds auto's, so it is never one that timed slower than auto's;
 - HP-SpMM around its rules: DTP's nonzeros per group halved and doubled, the other gather
-  depth (not for lanes of 8 values, which would spill), the other launch mode (a 16-bit C allows
-  only the single launch), the rule's launch and the filled launch with the other block order
+  depth (not for lanes of 8 values, which would spill), the other launch mode (the filled launch
+  writes a 16-bit C through a float32 workspace and a rounding pass), the rule's launch and the filled launch with the other block order
   (scattered where the rule keeps blocks in order, in order where it scatters:
   :func:`numbasparse.cuda.hp.scatter_blocks`), and where whole-warp groups cover N in several column tiles, tiles of
   twice the columns (or, where the rule took those, :func:`numbasparse.cuda.hp.wide_tiles`, the
@@ -294,7 +294,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             npgs = sorted({npg, max(4, npg // 2), 2 * npg})
             depths = (depth,) if not hp.gathers_fit(vec * cf, 2 if is_half(dtype) else 4) else (
                 depth, 1 if depth > 1 else (2 * hp.GATHER_DEPTH if is_half(dtype) else hp.GATHER_DEPTH))
-            singles = (single,) if is_half(dtype) else (single, not single)
+            singles = (single, not single)
             around = [(g, d, s) for g in npgs for d in depths for s in singles if (g, d, s) != rule_hp]
             around.sort(key=lambda p: sum(a != b for a, b in zip(p, rule_hp)))  # nearest the rules first
             if rule != "hp":
@@ -303,8 +303,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             other_order = not plan.order_stride > 1
             if plan.single:  # the single launch's other block order (its look-back follows either)
                 ranked.append(Candidate.of("hp", single=True, scattered=other_order))
-            if not is_half(dtype):  # the filled launch's other block order (a 16-bit C: single launch only)
-                ranked.append(Candidate.of("hp", single=False, scattered=other_order))
+            ranked.append(Candidate.of("hp", single=False, scattered=other_order))  # the filled launch's
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
             # half the columns, whichever the rule (hp.wide_tiles) did not take
             if lanes == hp.WARP and cf == 2:  # (whole-warp groups take two vectors only as wide tiles)

@@ -267,6 +267,31 @@ def test_repeated_torch_calls_are_replayed_with_fresh_operands(monkeypatch, grap
     assert replays(A) == 1
 
 
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_repeated_16_bit_slab_calls_are_replayed_through_their_workspace(monkeypatch, reduce):
+    """The slab kernel's float32 workspace is bound into both of its launches: calls 4-6 replay
+    them on fresh operands and find the workspace filled again by the call before."""
+    torch = pytest.importorskip("torch")
+    import ml_dtypes
+
+    graph = graphs.rmat(15, 16)
+    A = ns.CSR.from_scipy(graph, dtype="bfloat16")
+    exact = graph.astype(np.float64)
+    exact.data = graph.data.astype(ml_dtypes.bfloat16).astype(np.float64)
+    resolved = []
+    resolve = ns.dispatch.resolve
+    monkeypatch.setattr(ns.dispatch, "resolve", lambda *a, **k: resolved.append(a) or resolve(*a, **k))
+    for _ in range(6):
+        B = torch.randn(graph.shape[1], 64, device="cuda", dtype=torch.bfloat16)
+        poison = torch.full((graph.shape[0], 64), float("nan"), device="cuda", dtype=torch.bfloat16)
+        del poison  # (the next allocation of that size: the call's output)
+        C = ns.spmm(A, B, reduce=reduce, algorithm="slab").float().cpu().numpy()
+        reference = spmm_reference(exact, B.float().cpu().numpy().astype(np.float64), reduce)
+        assert np.linalg.norm(C - reference) <= 2.0**-8 * np.linalg.norm(reference)
+    assert len(resolved) == ns.replay.REPLAY_FROM_CALL - 1
+    assert replays(A) == 1
+
+
 def test_a_replay_is_not_used_for_another_alignment_stream_or_dtype():
     torch = pytest.importorskip("torch")
     graph = graphs.rmat(10, 8)

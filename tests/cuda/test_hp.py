@@ -49,6 +49,33 @@ def test_row_split_across_many_warps(reduce, single):
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
 
+@pytest.mark.parametrize("name,reductions_", [("bfloat16", ("sum", "max", "mean")), ("float16", ("min", "sum"))])
+def test_a_16_bit_c_from_the_filled_launch_is_rounded_once_and_leaves_the_workspace_filled(name, reductions_):
+    """single=False with a 16-bit C: the filled kernel into the float32 workspace, rounded into C;
+    each call on the one matrix (fresh B, another reduction) finds the workspace filled again.
+    A heavy row split in 7-entry pieces combines atomically in the workspace."""
+    import ml_dtypes
+
+    dtype, u = {"bfloat16": (ml_dtypes.bfloat16, 2.0**-8), "float16": (np.float16, 2.0**-11)}[name]
+    rng = np.random.default_rng()
+    dense = np.zeros((6, 90))
+    dense[1] = rng.standard_normal(90)
+    dense[3, :5] = rng.standard_normal(5)
+    dense[5, 40:47] = rng.standard_normal(7)
+    A = sp.csr_matrix(dense)
+    dev = CSR.from_scipy(A, dtype=name)
+    exact = A.copy()
+    exact.data = exact.data.astype(dtype).astype(np.float64)  # the values the kernel multiplies
+    for reduce in reductions_:
+        B = random_dense(rng, (90, 40), np.float32).astype(dtype)
+        C = cuda.to_device(np.full((6, 40), 0x7FFF, np.uint16))  # poisoned: NaN bits
+        hp.spmm_hp(dev, cuda.to_device(B.view(np.uint16)), C, reduce, nnz_per_group=7, single=False)
+        C = C.copy_to_host().view(dtype).astype(np.float64)
+        reference = spmm_reference(exact, B.astype(np.float64), reduce)
+        assert np.all(C[[0, 2, 4]] == 0)
+        assert np.linalg.norm(C - reference) <= u * np.linalg.norm(reference), reduce
+
+
 @given(A=graphs(), n=st.sampled_from((1, 8, 33)), nnz_per_group=st.sampled_from([1, 7, None]),
        dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**32 - 1))
 @settings(max_examples=10)  # (8: vector loads; wider N adds only simulated threads)
