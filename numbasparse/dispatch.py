@@ -15,7 +15,7 @@ op        rule                                                   measured
 spmm      CPU backend: ``cpu_rows``                              the only CPU kernel
 spmm      float16/bfloat16 operands: ``slab`` on graphs of at    bfloat16 on the 18 shared graphs
           least SLAB_MIN_NNZ_HALF entries and N <=                and sampled subgraphs (H200): the
-          SLAB_MAX_COLUMNS_HALF where the float32 rules below     slab kernel's picks 1.04-1.34x
+          SLAB_MAX_COLUMNS_HALF where the float32 rules below     slab kernel's picks 0.99-1.34x
           hold (on the 16-bit tiling), else ``hp``: HP writes a   faster by one call there, 0.78-
           16-bit C whole in one launch; the slab kernel computes  0.96x on smaller graphs ("16-bit
           in a float32 workspace and rounds it into C (a second   operands in the slab kernel")
@@ -144,9 +144,10 @@ SLAB_GUARD_MARGIN = 1.25
 #: 16 bits, the slab kernel's cost per segment stays.  Measured (bfloat16, H200, one call,
 #: BENCHMARKS.md "16-bit operands in the slab kernel"): on the picks of the rules above, faster
 #: by kernel time but slower by one call on every graph of <= 238k entries (0.78-0.96x:
-#: a saving of 1-3 µs against a launch), faster on tolokers (1.0M) at N = 32 / 64 (1.05 /
-#: 1.04x) and on sampled subgraphs (1.25M each) at N = 32..128 (1.13-1.34x); at N = 256
-#: slower on tolokers, wiki-vote and its directed copy (kernel 0.85-0.89x).
+#: a saving of 1-3 µs against a launch), on tolokers (1.0M) 1.05 / 1.04 / 0.99x at N = 32 /
+#: 64 / 128 and on sampled subgraphs (1.25M each) 1.13-1.34x at N = 32..128; at N = 256 slower
+#: on tolokers, wiki-vote and its directed copy (kernel 0.85-0.89x), faster on the sampled
+#: subgraphs (1.16x): the cap rests on tolokers among the large graphs.
 SLAB_MIN_NNZ_HALF = 500_000
 SLAB_MAX_COLUMNS_HALF = 128
 

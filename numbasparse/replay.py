@@ -210,9 +210,9 @@ class Replay:
     recorded order (operands, outputs, then new intermediates of ``intermediates`` bytes each),
     ``handle`` the driver handle of the stream.  The caller guarantees that the
     operands have the recorded ones' shapes and dtypes; the replay checks their alignment and
-    returns False, issuing nothing, when it differs.  It also returns False when a launch's fast
-    path has been turned off, having issued the steps before it (which the caller's full call
-    then issues again)."""
+    returns False, issuing nothing, when it differs or a launch's fast path has been turned off.
+    It also returns False after a driver error in a launch, having issued the steps before it
+    (which the caller's full call then issues again)."""
 
     __slots__ = ("steps", "alignments", "intermediates")
 
@@ -222,6 +222,9 @@ class Replay:
     def __call__(self, pointers, handle):
         for pointer, alignment in zip(pointers, self.alignments):
             if pointer % launch.MAX_ALIGNMENT != alignment:
+                return False
+        for step, _ in self.steps:  # all or nothing: a step may add to what an earlier one left
+            if not isinstance(step, int) and not step.fast.enabled:  # (a 16-bit C's workspace)
                 return False
         with launch.ISSUE_LOCK:  # (a step may share scratch with the next: another thread's waits)
             for step, roles in self.steps:

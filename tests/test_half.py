@@ -61,6 +61,24 @@ def test_spmm_in_half_precision_rounds_once(graph, name, backend, reduce):
     assert not np.any(C.astype(np.float32)[3])  # the empty row
 
 
+@pytest.mark.parametrize("name,reduce", [("bfloat16", "sum"), ("bfloat16", "max"), ("float16", "mean"),
+                                         ("float16", "min")])
+def test_spmm_on_the_column_slab_in_half_precision_rounds_once(graph, name, reduce, monkeypatch):
+    from dataclasses import replace
+
+    from numbasparse.cuda import device, slab
+
+    if device.simulator_enabled():  # the simulator runs a thread per thread
+        monkeypatch.setattr(slab, "DEFAULT", replace(slab.DEFAULT, warps=2))
+    dtype, u = HALVES[name]
+    (B,) = operands(np.random.default_rng(5), dtype, (29, 24))
+    C = ns.spmm(graph, B, reduce=reduce, algorithm="slab")
+    assert C.dtype == dtype and C.shape == (37, 24)
+    reference = ns.spmm(rounded(graph, dtype), B.astype(np.float64), reduce=reduce, backend="cpu")
+    assert relative_error(C, reference) <= u
+    assert not np.any(C.astype(np.float32)[3])  # the empty row
+
+
 @pytest.mark.parametrize("name", HALVES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sddmm_in_half_precision_rounds_once(graph, name, backend):

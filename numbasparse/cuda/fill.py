@@ -94,33 +94,51 @@ ROUND_ROWS = 8
 
 def workspace(A, code, n, stream):
     """(stream handle, W): the float32 (M, n) workspace a 16-bit C of ``A @ B`` is computed in
-    on ``stream``, kept in ``A.cache`` per stream and filled for reduction ``code`` (sum and
-    mean share the zeros), which :func:`round_into` restores after every call, so a call needs
-    no fill of its own.  (One per stream: calls on one stream run one after another.)"""
+    on ``stream``, kept in ``A.cache`` per N, reduction (sum and mean share the zeros) and
+    stream, M x n x 4 bytes each, filled for the reduction, which :func:`round_into` restores
+    after every call, so a call needs no fill of its own.  (One per stream: calls on one stream
+    run one after another.)"""
     handle = launch.stream_handle(stream)
     state = code if reductions.is_extremum(code) else reductions.SUM
-    m = A.shape[0]
 
     def build():
-        with device.allocating("a 16-bit result's float32 workspace", m * n * 4):
-            W = cuda.device_array((m, n), np.float32)
-        if state == reductions.SUM:
-            fill_identity(W, state, stream)
-        else:
-            launch.run(fill_rows_kernel(W.dtype.str, A.index_dtype.str), *grid_stride_grid(m * n), stream,
-                       all_rows(A), A.indptr, W, 0.0, reductions.initial(state))
+        with device.allocating("a 16-bit result's float32 workspace", A.shape[0] * n * 4):
+            W = cuda.device_array((A.shape[0], n), np.float32)
+        _fill(A, W, state, stream)
         return W
     return handle, A.cache.get_or_build("scratch", ("workspace", n, state, handle), build)
 
 
-def round_into(A, W, C, code, handle, stream):
-    """Round the workspace W (:func:`workspace`, on the stream of driver ``handle``) into the
-    16-bit C and fill it again, bound to W: only C changes between calls."""
+def _fill(A, W, state, stream):
+    """Fill the workspace W for reduction ``state`` (unbound: once per workspace)."""
+    if state == reductions.SUM:
+        fill_identity(W, state, stream)
+    else:
+        launch.run(fill_rows_kernel(W.dtype.str, A.index_dtype.str), *grid_stride_grid(W.size), stream,
+                   all_rows(A), A.indptr, W, 0.0, reductions.initial(state))
+
+
+def round_into(A, W, C, code, handle, stream, kernel_launch):
+    """Issue ``kernel_launch()`` (a kernel that combines into the workspace W of
+    :func:`workspace`, on the stream of driver ``handle``), then the pass that rounds W into the
+    16-bit C and fills it again, bound to W (only C changes between calls).  The two are issued
+    under ``launch.ISSUE_LOCK``, so that another thread's call on the stream cannot come between
+    them; if anything raises in between, W is filled again (and where even that fails, A's cache
+    is forgotten), so that no later call adds to this one's sums."""
     m, n = C.shape
-    launch.run_bound(A.cache, ("round", code, n, A.dtype.name, handle, id(W)),
-                     round_kernel(code, kernel_format(A.dtype), A.index_dtype.str),
-                     min(cdiv(m, ROUND_ROWS), device_limits()[0] * 8), (WARP, ROUND_ROWS), stream, (A.indptr, W, C),
-                     (2,))
+    kernel = round_kernel(code, kernel_format(A.dtype), A.index_dtype.str)  # (no compile error between the two)
+    grid = min(cdiv(m, ROUND_ROWS), device_limits()[0] * 8)
+    with launch.ISSUE_LOCK:
+        try:
+            kernel_launch()
+            launch.run_bound(A.cache, ("round", code, n, A.dtype.name, handle, id(W)), kernel, grid,
+                             (WARP, ROUND_ROWS), stream, (A.indptr, W, C), (2,))
+        except BaseException:
+            try:
+                _fill(A, W, code if reductions.is_extremum(code) else reductions.SUM, stream)
+            except Exception:
+                A.cache.clear()
+            raise
 
 
 def all_rows(A):

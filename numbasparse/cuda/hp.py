@@ -992,9 +992,11 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
         bound_key, variable = bound_key + (handle, id(C)), variable[:-1]
     args = (A.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts, plan.order_stride,
             plan.order_inverse)
-    launch.run_bound(A.cache, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, variable)
     if rounded:
-        round_into(A, C, result, code, handle, stream)
+        round_into(A, C, result, code, handle, stream, lambda: launch.run_bound(
+            A.cache, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, variable))
+        return
+    launch.run_bound(A.cache, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, variable)
 
 
 # SDDMM --------------------------------------------------------------------------------------

@@ -43,8 +43,8 @@ MAX_REGISTERS = 64
 #: Widest column vector of a lane: 4 float32 or 2 float64 (4 float64 spill under the cap).
 VECTOR_BYTES = 16
 #: ... and at most 4 columns a lane for 16-bit values (8 bytes): 8 columns from one 16-byte load
-#: ran 1.2-1.6x slower than 4 at N = 64..256 (bfloat16, H200, BENCHMARKS.md "16-bit operands in
-#: the slab kernel").
+#: ran 1.09-1.95x slower than 4 at N = 64..256 (bfloat16 into a float32 C, H200, BENCHMARKS.md
+#: "16-bit operands in the slab kernel").
 MAX_COLUMNS = 4
 #: Fewest lanes a segment takes (:func:`lane_layout`): a narrow column tile is split into lane
 #: groups of at least this many lanes, each running its own segment.
@@ -458,5 +458,5 @@ def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None
         launch.run_bound(A.cache, key, kernel, grid, config.warps * WARP, stream, args, (7, 8))
         return
     # the workspace is bound into both launches (it is this stream's, and a replay reuses it)
-    launch.run_bound(A.cache, key + (handle, id(target)), kernel, grid, config.warps * WARP, stream, args, (7,))
-    round_into(A, target, C, code, handle, stream)
+    round_into(A, target, C, code, handle, stream, lambda: launch.run_bound(
+        A.cache, key + (handle, id(target)), kernel, grid, config.warps * WARP, stream, args, (7,)))

@@ -95,17 +95,17 @@ def test_lane_layout_of_16_bit_operands_is_float32s_and_takes_c_alignment_in_its
 HALVES = {"float16": (np.float16, 2.0**-11), "bfloat16": (ml_dtypes.bfloat16, 2.0**-8)}
 
 
-@pytest.mark.parametrize("name,n_cols,reductions_", [("bfloat16", 64, ("sum", "max", "sum")),
-                                                     ("float16", 24, ("mean", "min"))])
+@pytest.mark.parametrize("name,n_cols,reductions_,index_dtype", [
+    ("bfloat16", 64, ("max", "sum", "max"), np.int64), ("float16", 24, ("min", "mean", "min"), np.int32)])
 def test_16_bit_operands_are_computed_in_float32_rounded_once_and_leave_the_workspace_filled(
-        name, n_cols, reductions_):
-    """Each call on one matrix, fresh B, another reduction: the workspace the last call rounded
-    from was restored to the next reduction's fill (N = 64: groups of 16 lanes x 4 columns;
-    N = 24: 8 x 2, two column tiles)."""
+        name, n_cols, reductions_, index_dtype):
+    """Each call on one matrix, fresh B: the workspace the last call of a reduction rounded from
+    was filled again for its next call (max and min: their identity; sum and mean share zeros)
+    (N = 64: groups of 16 lanes x 4 columns; N = 24: 8 x 2, two column tiles)."""
     dtype, u = HALVES[name]
     rng = np.random.default_rng()
     A = random_graph(rng, (14, 37), [0, 30, 5, 1, 0, 37, 12, 2, 9, 0, 20, 3, 7, 18])
-    dev = CSR.from_scipy(A, dtype=name)
+    dev = CSR.from_scipy(A, dtype=name, index_dtype=index_dtype)
     exact = A.copy()
     exact.data = exact.data.astype(dtype).astype(np.float64)  # the values the kernel multiplies
     config = replace(slab.DEFAULT, max_segment=3)
@@ -117,6 +117,38 @@ def test_16_bit_operands_are_computed_in_float32_rounded_once_and_leave_the_work
         reference = spmm_reference(exact, B.astype(np.float64), reduce)
         assert np.all(C[[0, 4, 9]] == 0)
         assert np.linalg.norm(C - reference) <= u * np.linalg.norm(reference), reduce
+
+
+def test_a_call_that_fails_between_its_two_launches_leaves_the_workspace_filled(monkeypatch):
+    """The rounding pass's launch raises once: the workspace holds that call's sums, so it is
+    filled again, and the next call on the matrix is right."""
+    from numbasparse.cuda import launch
+
+    rng = np.random.default_rng()
+    A = random_graph(rng, (10, 30), [0, 30, 5, 1, 0, 12, 2, 9, 20, 3])
+    dev = CSR.from_scipy(A, dtype="bfloat16")
+    exact = A.copy()
+    exact.data = exact.data.astype(ml_dtypes.bfloat16).astype(np.float64)
+    run_bound = launch.run_bound
+
+    def failing(cache, key, *args):
+        if key[0] == "round":
+            monkeypatch.setattr(launch, "run_bound", run_bound)
+            raise RuntimeError("injected")
+        return run_bound(cache, key, *args)
+
+    monkeypatch.setattr(launch, "run_bound", failing)
+    for attempt in range(2):
+        B = random_dense(rng, (30, 16), np.float32).astype(ml_dtypes.bfloat16)
+        C = cuda.to_device(np.full((10, 16), 0x7FFF, np.uint16))
+        if attempt == 0:
+            with pytest.raises(RuntimeError, match="injected"):
+                slab.spmm_slab(dev, cuda.to_device(B.view(np.uint16)), C, "sum")
+            continue
+        slab.spmm_slab(dev, cuda.to_device(B.view(np.uint16)), C, "sum")
+        C = C.copy_to_host().view(ml_dtypes.bfloat16).astype(np.float64)
+        reference = spmm_reference(exact, B.astype(np.float64), "sum")
+        assert np.linalg.norm(C - reference) <= 2.0**-8 * np.linalg.norm(reference)
 
 
 def test_16_bit_operands_into_a_float32_out_are_not_rounded():
