@@ -77,7 +77,7 @@ def round_kernel(reduce_code, fmt, index_dtype):
     i32 = numba.int32
 
     @cuda.jit
-    def round_into(indptr, W, C):
+    def round_rows(indptr, W, C):
         m, n = i32(C.shape[0]), i32(C.shape[1])
         for i in range(i32(cuda.blockIdx.x * ROUND_ROWS + cuda.threadIdx.y), m, i32(cuda.gridDim.x * ROUND_ROWS)):
             refill = identity if extremum and indptr[i + 1] > indptr[i] else zero
@@ -85,7 +85,7 @@ def round_kernel(reduce_code, fmt, index_dtype):
                 C[i, j] = to_storage(W[i, j])
                 W[i, j] = refill
 
-    return round_into
+    return round_rows
 
 
 #: Rows a block of the rounding pass takes at once (a warp each).
@@ -99,7 +99,7 @@ def workspace(A, code, n, stream):
     after every call, so a call needs no fill of its own.  (One per stream: calls on one stream
     run one after another.)"""
     handle = launch.stream_handle(stream)
-    state = code if reductions.is_extremum(code) else reductions.SUM
+    state = _state(code)
 
     def build():
         with device.allocating("a 16-bit result's float32 workspace", A.shape[0] * n * 4):
@@ -107,6 +107,11 @@ def workspace(A, code, n, stream):
         _fill(A, W, state, stream)
         return W
     return handle, A.cache.get_or_build("scratch", ("workspace", n, state, handle), build)
+
+
+def _state(code):
+    """The fill a workspace keeps for reduction ``code``: sum and mean share the zeros."""
+    return code if reductions.is_extremum(code) else reductions.SUM
 
 
 def _fill(A, W, state, stream):
@@ -126,7 +131,7 @@ def round_into(A, W, C, code, handle, stream, kernel_launch):
     them; if anything raises in between, W is filled again (and where even that fails, A's cache
     is forgotten), so that no later call adds to this one's sums."""
     m, n = C.shape
-    kernel = round_kernel(code, kernel_format(A.dtype), A.index_dtype.str)  # (no compile error between the two)
+    kernel = round_kernel(code, kernel_format(A.dtype), A.index_dtype.str)
     grid = min(cdiv(m, ROUND_ROWS), device_limits()[0] * 8)
     with launch.ISSUE_LOCK:
         try:
@@ -135,7 +140,7 @@ def round_into(A, W, C, code, handle, stream, kernel_launch):
                              (WARP, ROUND_ROWS), stream, (A.indptr, W, C), (2,))
         except BaseException:
             try:
-                _fill(A, W, code if reductions.is_extremum(code) else reductions.SUM, stream)
+                _fill(A, W, _state(code), stream)
             except Exception:
                 A.cache.clear()
             raise

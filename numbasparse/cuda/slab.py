@@ -428,8 +428,9 @@ def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None
     """Launch the column-slab SpMM: fill C with the reduction's identity (sum and mean: a
     memset; max and min: the identity in rows with entries, 0 in the others), then one block per
     (tile, column tile).  A 16-bit C (uint16 bits) is computed in a float32 workspace instead
-    (:func:`~numbasparse.cuda.fill.workspace`), then rounded into C once.  The layout, tiling and kernel are chosen
-    once per pattern, N, dtype and alignment of B and C (a plan kept in ``A.cache``).
+    (:func:`~numbasparse.cuda.fill.workspace`), then rounded into C once.  The layout, tiling
+    and kernel are chosen once per pattern, N, dtype and alignment of B and C (a plan kept in
+    ``A.cache``).
     ``slab_width``/``tile_nnz`` override the tiling rule, ``config`` (a :class:`SlabConfig`,
     default DEFAULT) the kernel's parameters (tools and tests)."""
     config = config or DEFAULT
