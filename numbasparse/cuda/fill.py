@@ -123,21 +123,24 @@ def _fill(A, W, state, stream):
                    all_rows(A), A.indptr, W, 0.0, reductions.initial(state))
 
 
-def round_into(A, W, C, code, handle, stream, kernel_launch):
-    """Issue ``kernel_launch()`` (a kernel that combines into the workspace W of
-    :func:`workspace`, on the stream of driver ``handle``), then the pass that rounds W into the
-    16-bit C and fills it again, bound to W (only C changes between calls).  The two are issued
-    under ``launch.ISSUE_LOCK``, so that another thread's call on the stream cannot come between
-    them; if anything raises in between, W is filled again (and where even that fails, A's cache
-    is forgotten), so that no later call adds to this one's sums."""
+def round_into(A, W, C, code, handle, stream, key, kernel, grid, block, args, variable):
+    """Launch ``kernel`` on ``args`` (bound under ``key``, :func:`launch.run_bound`), whose
+    output is the workspace W of :func:`workspace` on the stream of driver ``handle``, then the
+    pass that rounds W into the 16-bit C and fills it again.  W is bound into both launches (it
+    is this stream's, and a replay reuses it): of the ``variable`` arguments, only the others
+    change between calls.  The two are issued under ``launch.ISSUE_LOCK``, so that another
+    thread's call on the stream cannot come between them; if anything raises in between, W is
+    filled again (and where even that fails, A's cache is forgotten), so that no later call adds
+    to this one's sums."""
     m, n = C.shape
-    kernel = round_kernel(code, kernel_format(A.dtype), A.index_dtype.str)
-    grid = min(cdiv(m, ROUND_ROWS), device_limits()[0] * 8)
+    rounding = round_kernel(code, kernel_format(A.dtype), A.index_dtype.str)
     with launch.ISSUE_LOCK:
         try:
-            kernel_launch()
-            launch.run_bound(A.cache, ("round", code, n, A.dtype.name, handle, id(W)), kernel, grid,
-                             (WARP, ROUND_ROWS), stream, (A.indptr, W, C), (2,))
+            launch.run_bound(A.cache, key + (handle, id(W)), kernel, grid, block, stream, args,
+                             tuple(i for i in variable if args[i] is not W))
+            launch.run_bound(A.cache, ("round", code, n, A.dtype.name, handle, id(W)), rounding,
+                             min(cdiv(m, ROUND_ROWS), device_limits()[0] * 8), (WARP, ROUND_ROWS), stream,
+                             (A.indptr, W, C), (2,))
         except BaseException:
             try:
                 _fill(A, W, _state(code), stream)

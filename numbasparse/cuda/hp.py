@@ -988,15 +988,13 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
                 fill_identity(C, code, stream)
             elif plan.fill_rows is not None:  # max, min: the rows the block merge cannot store alone
                 fill_identity(C, code, stream, rows=plan.fill_rows, A=A, key=key + ("fill",))
-    if rounded:  # the workspace is bound into the launch (this stream's; a replay reuses it)
-        bound_key, variable = bound_key + (handle, id(C)), variable[:-1]
     args = (A.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts, plan.order_stride,
             plan.order_inverse)
     if rounded:
-        round_into(A, C, result, code, handle, stream, lambda: launch.run_bound(
-            A.cache, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, variable))
-        return
-    launch.run_bound(A.cache, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, variable)
+        round_into(A, C, result, code, handle, stream, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP,
+                   args, variable)
+    else:
+        launch.run_bound(A.cache, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP, stream, args, variable)
 
 
 # SDDMM --------------------------------------------------------------------------------------

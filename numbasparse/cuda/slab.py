@@ -95,17 +95,14 @@ DEFAULT = SlabConfig()
 def lane_layout(n_cols, itemsize, *arrays, config=None):
     """(lanes, vec, depth): a segment is computed by a group of ``lanes`` lanes (32 / lanes
     groups a warp), each lane owning ``vec`` consecutive columns of a column tile of
-    ``lanes * vec``; ``vec`` as wide as the alignment of ``arrays`` (B, C) and VECTOR_BYTES
-    allow, then the groups narrowed to at most N columns (down to MIN_LANES lanes; always 32
+    ``lanes * vec``; ``vec`` as wide as the alignment of each of ``arrays`` (B, C: a float32 C of
+    16-bit operands in its own bytes), VECTOR_BYTES and MAX_COLUMNS allow, then the groups narrowed to at most N columns (down to MIN_LANES lanes; always 32
     without ``config.lane_groups`` and for float64, whose groups spill under the register cap),
     then the vectors; each lane loads ``depth`` entries' vectors ahead (:func:`gather_depth`)."""
     config = config or DEFAULT
-    vec = vector_width(n_cols, itemsize, *(a for a in arrays if a.dtype.itemsize == itemsize))
+    vec = min((vector_width(n_cols, a.dtype.itemsize, a) for a in arrays), default=vector_width(n_cols, itemsize))
     while vec > 1 and (vec * itemsize > VECTOR_BYTES or vec > MAX_COLUMNS):
         vec //= 2
-    for a in arrays:  # a float32 C of 16-bit operands: its own alignment for the vector reductions
-        if a.dtype.itemsize != itemsize:
-            vec = min(vec, vector_width(n_cols, a.dtype.itemsize, a))
     lanes = WARP
     while config.lane_groups and itemsize <= 4 and lanes > MIN_LANES and lanes * vec > n_cols:
         lanes //= 2
@@ -455,9 +452,7 @@ def spmm_slab(A, B, C, reduce="sum", *, stream=0, slab_width=None, tile_nnz=None
     kernel, grid, arrays = A.cache.get_or_build("plans", key,
                                                 lambda: _plan(A, code, n, B, target, slab_width, tile_nnz, config))
     args = (A.indptr, A.indices, A.data, *arrays, B, target)
-    if not rounded:
+    if rounded:
+        round_into(A, target, C, code, handle, stream, key, kernel, grid, config.warps * WARP, args, (7, 8))
+    else:
         launch.run_bound(A.cache, key, kernel, grid, config.warps * WARP, stream, args, (7, 8))
-        return
-    # the workspace is bound into both launches (it is this stream's, and a replay reuses it)
-    round_into(A, target, C, code, handle, stream, lambda: launch.run_bound(
-        A.cache, key + (handle, id(target)), kernel, grid, config.warps * WARP, stream, args, (7,)))
