@@ -11,7 +11,8 @@ result within 2e-2, float32 within 1e-5) first and prints the microseconds of th
 each variant (default: numbasparse.cuda.hp, "new") and baseline/variant.  A variant is a module,
 optionally with HP-SpMM rule overrides after a colon, "/"-separated, passed to its ``spmm_hp`` as
 keywords: ``hp:depth=3`` (gather depth), ``hp:layout=32.2.1`` (lanes.vec.cf),
-``hp:depth=2/layout=16.4.1``, ``hp:single=1`` (the single launch; 0: memset or fill + kernel),
+``hp:depth=2/layout=16.4.1``, ``hp:single=1`` (the single launch; 0: memset or fill + kernel), ``hp:zeroed=1`` (the single
+launch after a memset of C, skipping empty rows),
 ``hp:npg=256`` (HP-SpMM's nonzeros per lane group), ``hp:group=8`` and ``hp:npw=128`` (HP-SDDMM's lanes per
 nonzero and nonzeros per warp; the SpMM options apply to SpMM only, these two to SDDMM)
 ("hp" is numbasparse.cuda.hp): no copy of hp.py is needed to time a depth, a lane layout or
@@ -119,6 +120,8 @@ def variant(spec):
             overrides["layout"] = tuple(int(x) for x in value.split("."))
         elif key == "single":
             overrides["single"] = bool(int(value))
+        elif key == "zeroed":
+            overrides["zeroed"] = bool(int(value))
         elif key == "group":
             overrides["group"] = int(value)
         elif key == "npg":
@@ -128,7 +131,7 @@ def variant(spec):
         elif key == "prefill":
             sys.exit(f"variant option {option!r}: prefill=P is now single={1 - int(value)} (single=1: one launch)")
         else:
-            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF, single=0/1, npg=NNZ_PER_GROUP, group=G or npw=NNZ_PER_WARP)")
+            sys.exit(f"unknown variant option {option!r} (depth=D, layout=LANES.VEC.CF, single=0/1, zeroed=0/1, npg=NNZ_PER_GROUP, group=G or npw=NNZ_PER_WARP)")
     label = "new" if spec in ("hp", "numbasparse.cuda.hp") else spec.replace("numbasparse.cuda.", "")
     return label, module, overrides
 

@@ -129,6 +129,12 @@ def kernel_configs():
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, True),
                                 (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
                                  numba.int64)))
+            for lanes, vec, depth in ((8, 4, 1), (32, 4, 4)):  # the single launch after a memset of C
+                configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True zeroed {reduce} {fmt}",
+                                hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, False,
+                                                  True),
+                                (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
+                                 numba.int64)))
         F = numba.float32
         for reduce, code in reductions.CODES.items():  # the column slab into a float32 C: every shape
             # lane_layout reaches in bfloat16 (lanes 32 / 16 / 8 x 4, 2, 1 columns), the widest in float16

@@ -293,6 +293,14 @@ def single_launch(mean_row_nnz, span, empty_rows_per_group):
             and empty_rows_per_group <= MAX_ZEROED_ROWS)
 
 
+def zeroed_single(empty_rows_per_group):
+    """True where the single launch runs after a memset of C and skips empty rows, rather than
+    zeroing them itself: where a lane group would zero more than MAX_ZEROED_ROWS empty rows, each
+    found by a dependent ``indptr`` load (the single launch is forced for a 16-bit C, and
+    :func:`single_launch` excludes such graphs otherwise)."""
+    return empty_rows_per_group > MAX_ZEROED_ROWS
+
+
 def scatter_blocks(A, block_nnz, gathered_bytes, single=False):
     """Whether HP-SpMM takes its blocks' chunks of nonzeros in a scattered order
     (:func:`coprime_stride`): where the ids sort rows by length (hubs first, as degree-ranked
@@ -599,10 +607,11 @@ def step_to(indptr, row, last, position):
     return row
 
 
-def _row_walk(width, init, merge, single, flush, zero_row):
+def _row_walk(width, init, merge, single, zeroes, flush, zero_row):
     """(leave_partial, next_row): at a row's end, finish the group's row (store it, combine it
     atomically, or leave it in shared memory for the block merge), reset ``acc`` and move to the
-    next non-empty row, zeroing the empty rows skipped in the single launch."""
+    next non-empty row, zeroing the empty rows it skips where ``zeroes`` (the single launch
+    into an unwritten C)."""
 
     @cuda.jit(device=True, inline="always")
     def leave_partial(partials, slot, acc):
@@ -618,13 +627,13 @@ def _row_walk(width, init, merge, single, flush, zero_row):
                 leave_partial(partials, slot, acc)
         elif active:
             flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
-        if single:  # the empty rows in between are this group's to zero (few: single_launch)
+        if zeroes:  # the empty rows in between are this group's to zero (few: single_launch)
             row += 1
             while indptr[row + 1] == row_end:
                 if active:
                     zero_row(C, row, j)
                 row += 1
-        else:  # C is filled: skip them
+        else:  # C is filled or zeroed: skip them
             row = walk_to(indptr, row + 1, indptr.shape[0] - 2, row_end)
         for v in range(width):
             acc[v] = init
@@ -637,7 +646,7 @@ def _row_walk(width, init, merge, single, flush, zero_row):
 
 @launch.kernel_factory
 def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth, single=False, out_dtype=None,
-                   adds_to_c=False, scattered=False):
+                   adds_to_c=False, scattered=False, zeroed=False):
     """Compile-once factory of the HP-SpMM kernel.
 
     Thread mapping: a warp is ``32 // lanes`` groups of ``lanes`` lanes; group g owns
@@ -670,7 +679,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     every reduction merges in the block, a row crossing blocks is finished by the one of its
     blocks that starts last (:func:`_lookback`), and a group zeroes the empty rows whose
     ``indptr`` lies in its nonzeros (the rows it skips, those just before its first row, and,
-    for the last group, the rows after the last entry).
+    for the last group, the rows after the last entry).  ``zeroed`` (single launch only): C is
+    zeroed before the kernel, which skips empty rows as the filled kernel does (a run of empty
+    rows costs a group one dependent ``indptr`` load a row otherwise: :func:`zeroed_single`).
 
     ``adds_to_c`` (sum, filled kernel, float32/float64 C): every row is combined atomically,
     so the launch adds A B to what C holds (C += A B), with no fill before it.
@@ -696,7 +707,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         assert reduce_code == reductions.SUM and not single and not is_half_format(out_dtype or value_dtype)
         flush = _adding(flush)
     finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush, scattered)
-    leave_partial, next_row = _row_walk(width, init, merge, single, flush, zero_row)
+    zeroes = single and not zeroed  # the kernel writes C's empty rows
+    leave_partial, next_row = _row_walk(width, init, merge, single, zeroes, flush, zero_row)
     # float32 sums over 8 columns per lane: capped for occupancy (MAX_REGISTERS); not in the
     # single launch, whose extra state would spill under the cap
     capped = reduce_code == reductions.SUM and value_dtype == "<f4" and width == 8 and not single
@@ -752,7 +764,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
             row = group_rows[group_id]
             row_start = indptr[row]
             row_end = indptr[row + 1]
-            if single and active:
+            if zeroes and active:
                 r = row - 1
                 while r >= 0 and indptr[r] == seg_start:  # empty rows just before this group's
                     zero_row(C, r, j)
@@ -802,7 +814,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                 gather = True  # the row goes on in the next group
             elif active:
                 flush(C, row, j, acc, row_end - row_start, row_start >= seg_start and row_end <= seg_end)
-            if single and active and seg_end == nnz:
+            if zeroes and active and seg_end == nnz:
                 for r in range(row + 1, C.shape[0]):  # empty rows after the last entry
                     zero_row(C, r, j)
         # (4) the block merge
@@ -835,7 +847,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
 # SpMM plan and launch ------------------------------------------------------------------------
 
 HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows single fill_rows unused_scratch depth "
-                                           "layout order_stride order_inverse")
+                                           "layout order_stride order_inverse zeroed")
 
 
 def pattern_fact(A, name, *args):
@@ -874,7 +886,8 @@ def spmm_layout(A, n_cols, itemsize, B, *, stored=(), lanes=None):
     return lanes, vec, cf, gather_depth(A.nnz, pattern_fact(A, "nonempty_rows"), vec * cf, itemsize, lanes)
 
 
-def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False, scattered=None):
+def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False, scattered=None,
+               zeroed=None):
     """The launch plan of HP-SpMM for A (the layout, DTP, single-launch and block-order rules,
     or the given overrides)."""
     fmt = kernel_format(A.dtype)
@@ -899,19 +912,23 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
         single = single_launch(mean_row(A.nnz, pattern_fact(A, "nonempty_rows")),
                                pattern_fact(A, "crossing_span", block_groups * nnz_per_group),
                                pattern_fact(A, "empty_rows_per_group", nnz_per_group))
+    if zeroed is None:
+        zeroed = bool(single) and zeroed_single(pattern_fact(A, "empty_rows_per_group", nnz_per_group))
     if scattered is None:
         scattered = scatter_blocks(A, block_groups * nnz_per_group, A.shape[1] * lanes * vec * cf * B.dtype.itemsize,
                                    single)
     stride = coprime_stride(grid[0]) if scattered else 1
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single),
-                            None if out_fmt == fmt else out_fmt, accumulate, bool(single and scattered))
+                            None if out_fmt == fmt else out_fmt, accumulate, bool(single and scattered),
+                            bool(single and zeroed))
     fill_rows = None
     if not single and merges_in_block(code):
         fill_rows = pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
     # the filled kernel takes (and never reads) the single launch's scratch argument
     unused = None if single else cuda.device_array(1, np.uint64)
     return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group), bool(single), fill_rows,
-                  unused, depth, (lanes, vec, cf), stride, pow(stride, -1, grid[0]) if stride > 1 else 1)
+                  unused, depth, (lanes, vec, cf), stride, pow(stride, -1, grid[0]) if stride > 1 else 1,
+                  bool(single and zeroed))
 
 
 def _scratch(A, key, plan, n, dtype, stream):
@@ -931,7 +948,7 @@ def _scratch(A, key, plan, n, dtype, stream):
 
 
 def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout=None, depth=None, single=None,
-            accumulate=False, values=None, scattered=None):
+            accumulate=False, values=None, scattered=None, zeroed=None):
     """Launch HP-SpMM on a device :class:`CSR` A and device arrays B, C.  In its single launch
     (:func:`single_launch`, graphs of short rows) the kernel alone writes all of C; otherwise C
     is filled with the reduction's identity first (sum and mean: a memset; max and min: only the
@@ -940,7 +957,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
 
     Overrides of the rules, for tools and tests: ``nnz_per_group`` (DTP), ``lanes`` (group
     size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode),
-    ``scattered`` (block order, :func:`scatter_blocks`).
+    ``scattered`` (block order, :func:`scatter_blocks`), ``zeroed`` (the single launch after a
+    memset of C, :func:`zeroed_single`).
 
     ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
     fill, every row added atomically): how a product split by columns adds its parts.
@@ -969,7 +987,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     if rounded:
         handle, C = workspace(A, code, n, stream)
     key = ("spmm_hp", code, n, A.dtype.name, C.dtype.str, launch.alignment(B), launch.alignment(C), nnz_per_group,
-           lanes, layout, depth, single, accumulate, scattered)
+           lanes, layout, depth, single, accumulate, scattered, zeroed)
     if values is not None:
         if values.shape != A.data.shape or values.dtype != A.data.dtype:
             raise ValueError(f"values must be {A.data.shape} of {A.data.dtype}, got {values.shape} of {values.dtype}")
@@ -977,10 +995,12 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     else:
         bound_key, variable, values = key, (4, 5), A.data
     plan = A.cache.get_or_build("plans", key, lambda: _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout,
-                                                                 depth, single, accumulate, scattered))
+                                                                 depth, single, accumulate, scattered, zeroed))
     if plan.single:
         handle, parts = _scratch(A, key, plan, n, A.dtype, stream)
         bound_key = bound_key + (handle,)  # the bound launch holds this stream's scratch
+        if plan.zeroed:  # the kernel skips empty rows
+            fill_identity(C, reductions.SUM, stream)
     else:
         parts = plan.unused_scratch
         if not accumulate and not rounded:  # (accumulating: C holds what the product adds to; a workspace is filled)
@@ -1115,9 +1135,11 @@ def precompile_variants(A, B, X, reduce):
     C = cuda.device_array((A.shape[0], B.shape[1]), storage_dtype(A.dtype))
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # auto writes a 16-bit C by the single launch
-            spmm_hp(A, B, C, reduce, depth=depth, single=single, scattered=False)
-        if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`scatter_blocks`)
-            spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=True)
+            spmm_hp(A, B, C, reduce, depth=depth, single=single, scattered=False, zeroed=False)
+        if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`scatter_blocks`),
+            # and runs after a memset of C on graphs of long runs of empty rows (:func:`zeroed_single`)
+            for scattered, zeroed in ((True, False), (False, True), (True, True)):
+                spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=scattered, zeroed=zeroed)
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):

@@ -189,6 +189,55 @@ def test_runs_of_empty_rows_are_skipped_in_both_kernels(runs, index_dtype):
         assert_close(out.copy_to_host(), sddmm_reference(A, X, Y), np.float32)
 
 
+@pytest.mark.parametrize("runs", [(3, 40, 5), (0, 70, 1, 0, 33)])
+@pytest.mark.parametrize("nnz_per_group", [1, 2, 3])
+@pytest.mark.parametrize("zeroed", [False, True])
+def test_the_single_launch_leaves_runs_of_empty_rows_zero_wherever_groups_start(runs, nnz_per_group, zeroed):
+    """Runs of empty rows longer than hp.WALK_PROBE inside a group and just before a group's
+    first row (groups of 1-3 entries start on every row end), empty rows first and last: zeroed
+    by the single launch, or by the memset before it (``zeroed``) into a poisoned C."""
+    rng = np.random.default_rng()
+    A = _empty_runs(rng, runs)
+    A = sp.vstack([sp.csr_matrix((20, 20)), A, sp.csr_matrix((19, 20))]).tocsr()
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    for reduce in ("sum", "max"):
+        B = random_dense(rng, (20, 8), np.float32)
+        C = cuda.to_device(np.full((A.shape[0], 8), np.nan, np.float32))
+        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=nnz_per_group, lanes=8, single=True, zeroed=zeroed)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+
+
+def test_the_single_launch_runs_after_a_memset_where_groups_would_zero_long_runs_of_empty_rows():
+    """hp.zeroed_single: more than MAX_ZEROED_ROWS empty rows for one group (a 16-bit C forces
+    the single launch on such graphs) take the memset; a few do not."""
+    rng = np.random.default_rng()
+    for runs, zeroed in (((2, 1, 3), False), ((hp.MAX_ZEROED_ROWS + 5, 1), True)):
+        dev = CSR.from_scipy(_empty_runs(rng, runs), dtype=np.float32)
+        B = cuda.to_device(random_dense(rng, (20, 8), np.float32))
+        C = cuda.device_array((dev.shape[0], 8), np.float32)
+        assert hp._spmm_plan(dev, 0, 8, B, C, 64, 8, None, None, True).zeroed is zeroed
+    assert not hp._spmm_plan(dev, 0, 8, B, C, 64, 8, None, None, False).zeroed  # the filled kernel
+
+
+def test_a_16_bit_c_on_long_runs_of_empty_rows_comes_from_the_memset_and_single_launch():
+    """A bfloat16 product (the single launch forced) on runs of empty rows longer than
+    MAX_ZEROED_ROWS, by the rule (the memset first) and forced either way, into a poisoned C."""
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    A = _empty_runs(rng, (hp.MAX_ZEROED_ROWS + 9, 2, 50))
+    dev = CSR.from_scipy(A, dtype="bfloat16")
+    exact = A.copy()
+    exact.data = exact.data.astype(ml_dtypes.bfloat16).astype(np.float64)
+    for zeroed in (None, True, False):
+        B = random_dense(rng, (20, 16), np.float32).astype(ml_dtypes.bfloat16)
+        C = cuda.to_device(np.full((A.shape[0], 16), 0x7FFF, np.uint16))  # NaN bits
+        hp.spmm_hp(dev, cuda.to_device(B.view(np.uint16)), C, "sum", nnz_per_group=4, zeroed=zeroed)
+        C = C.copy_to_host().view(ml_dtypes.bfloat16).astype(np.float64)
+        reference = spmm_reference(exact, B.astype(np.float64), "sum")
+        assert np.linalg.norm(C - reference) <= 2.0**-8 * np.linalg.norm(reference)
+
+
 class _CountingIndptr:
     """``indptr`` for calling the walk's device functions on the host (the simulator runs them as
     Python): counts the loads."""
