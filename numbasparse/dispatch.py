@@ -17,8 +17,9 @@ spmm      float16/bfloat16 operands: ``slab`` on graphs of at    bfloat16 on the
           least SLAB_MIN_NNZ_HALF entries and N <=                and sampled subgraphs (H200): the
           SLAB_MAX_COLUMNS_HALF where the float32 rules below     slab kernel's picks 0.99-1.34x
           hold (on the 16-bit tiling), else ``hp``: HP writes a   faster by one call there, 0.78-
-          16-bit C whole in one launch; the slab kernel computes  0.96x on smaller graphs ("16-bit
-          in a float32 workspace and rounds it into C (a second   operands in the slab kernel")
+          16-bit C whole in one launch (after a memset on long    0.96x on smaller graphs ("16-bit
+          runs of empty rows); the slab kernel computes in a      operands in the slab kernel")
+          float32 workspace and rounds it into C (a second
           launch)
 spmm      ``slab`` where N >= SLAB_MIN_COLUMNS (64 on short     18 real graphs x N = 64..256
           rows), B takes at most                                 (balanced tiles): at >= 4 and B

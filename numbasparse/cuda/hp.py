@@ -98,7 +98,11 @@ WALK_PROBE = 16  # (a power of two: tested with a mask)
 #: The single launch is used only where no lane group writes more than MAX_ZEROED_ROWS empty
 #: rows, one after another, and no row spans more than MAX_SINGLE_LAUNCH_SPAN blocks after its
 #: first: its last block reads the others' parts one after another, a chain of L2 round trips
-#: (measured up to 71 blocks: BENCHMARKS.md, "HP-SpMM's work per lane group").
+#: (measured up to 71 blocks: BENCHMARKS.md, "HP-SpMM's work per lane group").  Where the single
+#: launch is forced (a 16-bit C) on a graph past MAX_ZEROED_ROWS, C is zeroed first and the
+#: kernel skips empty rows (:func:`zeroed_single`; BENCHMARKS.md "Runs of empty rows in the
+#: single launch": bfloat16 cnr-2000 directed 1.7-2.3x faster; float32 there, the filled
+#: launch stays 1.10-1.14x faster than the zeroed single launch).
 MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: ... and only on graphs whose non-empty rows average fewer than SINGLE_MAX_MEAN_ROW entries: the
 #: single launch saves the fill of C, the filled kernel the block merges and look-backs, which
@@ -963,7 +967,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
     fill, every row added atomically): how a product split by columns adds its parts.
 
-    A 16-bit C is written by the single launch, or, with ``single=False``, by the filled kernel
+    A 16-bit C is written by the single launch (after a memset of C where
+    :func:`zeroed_single` holds), or, with ``single=False``, by the filled kernel
     into a float32 workspace kept filled between calls, rounded into C by a second launch
     (:func:`~numbasparse.cuda.fill.workspace`).
 
