@@ -129,9 +129,11 @@ def kernel_configs():
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, True),
                                 (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
                                  numba.int64)))
-            for lanes, vec, depth in ((8, 4, 1), (32, 4, 4)):  # the single launch after a memset of C
-                configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True zeroed {reduce} {fmt}",
-                                hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, False,
+            for lanes, vec, depth, scattered in ((8, 4, 1, False), (32, 4, 4, False), (32, 8, 4, False),
+                                                 (32, 4, 4, True), (32, 8, 4, True)):  # after a memset of C
+                mode = "single=True scattered zeroed" if scattered else "single=True zeroed"
+                configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} {mode} {reduce} {fmt}",
+                                hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, scattered,
                                                   True),
                                 (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
                                  numba.int64)))

@@ -301,7 +301,9 @@ def zeroed_single(empty_rows_per_group):
     """True where the single launch runs after a memset of C and skips empty rows, rather than
     zeroing them itself: where a lane group would zero more than MAX_ZEROED_ROWS empty rows, each
     found by a dependent ``indptr`` load (the single launch is forced for a 16-bit C, and
-    :func:`single_launch` excludes such graphs otherwise)."""
+    :func:`single_launch` excludes such graphs otherwise).  The count is :func:`single_launch`'s,
+    which includes the rows after the last entry (zeroed by stores alone): a graph whose only long
+    run is at its end takes the memset too (not measured)."""
     return empty_rows_per_group > MAX_ZEROED_ROWS
 
 
@@ -1129,7 +1131,8 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_run
 def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
-    single launch, which ``auto`` takes for it, in order and scattered), the wide tiles of :func:`wide_tiles` and, once
+    single launch, which ``auto`` takes for it, in order and scattered, each also after a memset of
+    C: :func:`zeroed_single`), the wide tiles of :func:`wide_tiles` and, once
     per call with ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and
     float64) the accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which

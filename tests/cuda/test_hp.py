@@ -15,10 +15,11 @@ from strategies import N_COLS, assert_close, graphs, random_dense, sddmm_scale, 
 REDUCTIONS = ("sum", "mean", "max", "min")
 
 
-def run_hp(A, B, reduce, nnz_per_group=None, index_dtype=None, lanes=None, single=None):
+def run_hp(A, B, reduce, nnz_per_group=None, index_dtype=None, lanes=None, single=None, zeroed=None):
     dev = CSR.from_scipy(A, dtype=B.dtype, index_dtype=index_dtype)
     C = cuda.to_device(np.full((A.shape[0], B.shape[1]), np.nan, B.dtype))  # poisoned
-    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=nnz_per_group, lanes=lanes, single=single)
+    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=nnz_per_group, lanes=lanes, single=single,
+               zeroed=zeroed)
     return C.copy_to_host()
 
 
@@ -209,15 +210,33 @@ def test_the_single_launch_leaves_runs_of_empty_rows_zero_wherever_groups_start(
 
 def test_the_single_launch_runs_after_a_memset_where_groups_would_zero_long_runs_of_empty_rows():
     """hp.zeroed_single: more than MAX_ZEROED_ROWS empty rows for one group (a 16-bit C forces
-    the single launch on such graphs) take the memset; a few do not."""
+    the single launch on such graphs) take the memset; MAX_ZEROED_ROWS or fewer do not."""
     rng = np.random.default_rng()
-    for runs, zeroed in (((2, 1, 3), False), ((hp.MAX_ZEROED_ROWS + 5, 1), True)):
+    for runs, zeroed in (((2, 1, 3), False), ((hp.MAX_ZEROED_ROWS,), False), ((hp.MAX_ZEROED_ROWS + 1,), True)):
         dev = CSR.from_scipy(_empty_runs(rng, runs), dtype=np.float32)
         B = cuda.to_device(random_dense(rng, (20, 8), np.float32))
         C = cuda.device_array((dev.shape[0], 8), np.float32)
         assert hp._spmm_plan(dev, 0, 8, B, C, 64, 8, None, None, True).zeroed is zeroed
     assert not hp._spmm_plan(dev, 0, 8, B, C, 64, 8, None, None, False).zeroed  # the filled kernel
 
+
+
+def test_the_zeroed_single_launch_writes_no_empty_row(monkeypatch):
+    """With the memset (hp.fill_identity) removed, the zeroed kernel leaves every empty row as
+    it found it and writes every other row: it skips empty rows rather than storing them."""
+    monkeypatch.setattr(hp, "fill_identity", lambda *args, **kwargs: None)
+    rng = np.random.default_rng()
+    A = _empty_runs(rng, (hp.MAX_ZEROED_ROWS + 9, 0, 3, 50))
+    A = sp.vstack([sp.csr_matrix((5, 20)), A, sp.csr_matrix((7, 20))]).tocsr()
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    empty = np.diff(A.indptr) == 0
+    for reduce in ("sum", "max"):
+        B = random_dense(rng, (20, 8), np.float32)
+        C = cuda.to_device(np.full((A.shape[0], 8), 7.0, np.float32))  # a sentinel
+        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=True, zeroed=True)
+        C = C.copy_to_host()
+        assert np.all(C[empty] == 7.0)
+        assert_close(C[~empty], spmm_reference(A, B, reduce)[~empty], np.float32)
 
 def test_a_16_bit_c_on_long_runs_of_empty_rows_comes_from_the_memset_and_single_launch():
     """A bfloat16 product (the single launch forced) on runs of empty rows longer than
@@ -233,6 +252,9 @@ def test_a_16_bit_c_on_long_runs_of_empty_rows_comes_from_the_memset_and_single_
         B = random_dense(rng, (20, 16), np.float32).astype(ml_dtypes.bfloat16)
         C = cuda.to_device(np.full((A.shape[0], 16), 0x7FFF, np.uint16))  # NaN bits
         hp.spmm_hp(dev, cuda.to_device(B.view(np.uint16)), C, "sum", nnz_per_group=4, zeroed=zeroed)
+        if zeroed is None:  # the rule's plan, with the single launch that a 16-bit C forces
+            (plan,) = (v for v in dev.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))
+            assert plan.single and plan.zeroed
         C = C.copy_to_host().view(ml_dtypes.bfloat16).astype(np.float64)
         reference = spmm_reference(exact, B.astype(np.float64), "sum")
         assert np.linalg.norm(C - reference) <= 2.0**-8 * np.linalg.norm(reference)
@@ -377,17 +399,19 @@ def test_zero_nnz_gives_zeros():
     assert np.all(C == 0)
 
 
-@pytest.mark.parametrize("reduce,single", [("max", False), ("min", False)] + [(r, True) for r in REDUCTIONS])
-def test_block_merge_of_split_rows(reduce, single):
+@pytest.mark.parametrize("reduce,single,zeroed", [("max", False, None), ("min", False, None)]
+                         + [(r, True, zeroed) for r in REDUCTIONS for zeroed in (False, True)])
+def test_block_merge_of_split_rows(reduce, single, zeroed):
     """Rows split between the groups of one block (merged in shared memory), rows crossing
     blocks (filled, one atomic per block; or combined by the last of their blocks to finish;
-    the 130-entry row covers a whole block), empty rows between."""
+    the 130-entry row covers a whole block), empty rows between (in the single launch zeroed
+    by the kernel or by the memset before it)."""
     rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5]  # blocks of 16 groups x 3 = 48 entries
     dense = rows_of(rng, lengths, 140)
     A = sp.csr_matrix(dense)
     B = random_dense(rng, (140, 32), np.float32)
-    C = run_hp(A, B, reduce, nnz_per_group=3, lanes=8, single=single)
+    C = run_hp(A, B, reduce, nnz_per_group=3, lanes=8, single=single, zeroed=zeroed)
     assert np.all(C[np.array(lengths) == 0] == 0)
     assert_close(C, spmm_reference(A, B, reduce), np.float32)
 
@@ -415,12 +439,13 @@ def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, dty
     assert not parts.copy_to_host().any()
 
 
-@pytest.mark.parametrize("single", [False, True])
+@pytest.mark.parametrize("single,zeroed", [(False, None), (True, False), (True, True)])
 @pytest.mark.parametrize("reduce", REDUCTIONS)
-def test_scattered_block_order_gives_the_same_product(reduce, single):
-    """Blocks taking their chunks in a scattered order (either launch): rows split across
-    groups, blocks and merges come out as in order, empty rows too; in the single launch a row
-    crossing blocks is finished by whichever of its blocks starts last."""
+def test_scattered_block_order_gives_the_same_product(reduce, single, zeroed):
+    """Blocks taking their chunks in a scattered order (either launch, the single one with or
+    without a memset before it): rows split across groups, blocks and merges come out as in
+    order, empty rows too; in the single launch a row crossing blocks is finished by whichever
+    of its blocks starts last."""
     rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5, 9, 40, 0, 1]  # blocks of 16 groups x 2 entries
     dense = rows_of(rng, lengths, 140)
@@ -428,9 +453,10 @@ def test_scattered_block_order_gives_the_same_product(reduce, single):
     B = random_dense(rng, (140, 32), np.float32)
     dev = CSR.from_scipy(A, dtype=np.float32)
     C = cuda.to_device(np.full((len(lengths), 32), np.nan, np.float32))
-    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=single, scattered=True)
+    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=single, scattered=True,
+               zeroed=zeroed)
     (plan,) = (v for v in dev.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))
-    assert plan.order_stride > 1 and plan.single == single
+    assert plan.order_stride > 1 and plan.single == single and plan.zeroed == bool(zeroed)
     assert plan.order_stride * plan.order_inverse % plan.grid[0] == 1
     assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
     if single:  # the look-back left its scratch clear for the next call

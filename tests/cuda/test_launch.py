@@ -338,8 +338,9 @@ def test_a_kernel_factory_takes_positional_or_keyword_parameters_only():
 def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     """Which HP-SpMM variant auto runs (gather depth, launch mode, the single launch's block
     order) depends on the graph: precompile makes all of them for each width and dtype, 16-bit
-    ones in their single launch only (in order and scattered: on long rows it runs for them alone),
-    HP-SDDMM's walk past runs of empty rows and the accumulating kernel (float32, float64)."""
+    ones in their single launch only (in order and scattered: on long rows it runs for them alone;
+    each also after a memset of C, for graphs of long runs of empty rows), HP-SDDMM's walk past
+    runs of empty rows and the accumulating kernel (float32, float64)."""
     import scipy.sparse as sp
     from numbasparse import aot, arrays, csr
     from numbasparse.cuda import hp
@@ -348,9 +349,11 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     made = []
     factory = hp.spmm_hp_kernel
 
-    def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None, adds_to_c=False, scattered=False):
-        made.append((depth, single) + (("adds",) if adds_to_c else ()) + (("scattered",) if scattered else ()))
-        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt, adds_to_c, scattered)
+    def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None, adds_to_c=False, scattered=False,
+                  zeroed=False):
+        made.append((depth, single) + (("adds",) if adds_to_c else ()) + (("scattered",) if scattered else ())
+                    + (("zeroed",) if zeroed else ()))
+        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt, adds_to_c, scattered, zeroed)
 
     monkeypatch.setattr(hp, "spmm_hp_kernel", recording)
     skipping = []
@@ -367,7 +370,8 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     B, X = (arrays.to_device(rng.standard_normal(shape).astype(dtype)) for shape in ((5, 8), (6, 8)))
     hp.precompile_variants(A, *aot._kernel_operands(A, B, X), "sum")
     if dtype.itemsize == 2:
-        assert sorted(made) == [(1, True), (1, True, "scattered"), (4, True), (4, True, "scattered")]
+        assert sorted(made) == [(d, True) + extra for d in (1, 4)
+                                for extra in ((), ("scattered",), ("scattered", "zeroed"), ("zeroed",))]
     else:
         assert sorted(made) == [(1, False), (1, False, "adds"), (1, True), (2, False), (2, False, "adds"), (2, True)]
     assert skipping == [True]  # HP-SDDMM's walk past runs of empty rows, which these graphs lack
