@@ -301,9 +301,9 @@ def zeroed_single(empty_rows_per_group):
     """True where the single launch runs after a memset of C and skips empty rows, rather than
     zeroing them itself: where a lane group would zero more than MAX_ZEROED_ROWS empty rows, each
     found by a dependent ``indptr`` load (the single launch is forced for a 16-bit C, and
-    :func:`single_launch` excludes such graphs otherwise).  The count is :func:`single_launch`'s,
-    which includes the rows after the last entry (zeroed by stores alone): a graph whose only long
-    run is at its end takes the memset too (not measured)."""
+    :func:`single_launch` excludes such graphs otherwise).  The count is :func:`single_launch`'s: it
+    includes the rows after the last entry, which the last group zeroes alone, by stores without
+    loads but one row after another (isolated nodes numbered last; not measured)."""
     return empty_rows_per_group > MAX_ZEROED_ROWS
 
 
