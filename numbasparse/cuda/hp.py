@@ -291,10 +291,11 @@ def single_launch(mean_row_nnz, span, empty_rows_per_group):
     empty rows, rows split in the block, rows crossing blocks) rather than after a fill: graphs
     of short rows (``mean_row_nnz`` below SINGLE_MAX_MEAN_ROW) whose rows span at most
     MAX_SINGLE_LAUNCH_SPAN blocks after their first and whose groups zero at most
-    MAX_ZEROED_ROWS empty rows.  On long rows the block merge and look-back cost more than the
-    filled kernel's atomics."""
+    MAX_ZEROED_ROWS empty rows (past that the single launch needs a memset of C,
+    :func:`zeroed_single`, and the filled launch is faster).  On long rows the block merge and
+    look-back cost more than the filled kernel's atomics."""
     return (mean_row_nnz < SINGLE_MAX_MEAN_ROW and span <= MAX_SINGLE_LAUNCH_SPAN
-            and empty_rows_per_group <= MAX_ZEROED_ROWS)
+            and not zeroed_single(empty_rows_per_group))
 
 
 def zeroed_single(empty_rows_per_group):
@@ -918,23 +919,23 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
         single = single_launch(mean_row(A.nnz, pattern_fact(A, "nonempty_rows")),
                                pattern_fact(A, "crossing_span", block_groups * nnz_per_group),
                                pattern_fact(A, "empty_rows_per_group", nnz_per_group))
-    if zeroed is None:
-        zeroed = bool(single) and zeroed_single(pattern_fact(A, "empty_rows_per_group", nnz_per_group))
+    single = bool(single)
+    if zeroed is None:  # (only the single launch zeroes empty rows itself)
+        zeroed = single and zeroed_single(pattern_fact(A, "empty_rows_per_group", nnz_per_group))
+    zeroed = single and bool(zeroed)
     if scattered is None:
         scattered = scatter_blocks(A, block_groups * nnz_per_group, A.shape[1] * lanes * vec * cf * B.dtype.itemsize,
                                    single)
     stride = coprime_stride(grid[0]) if scattered else 1
-    kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, bool(single),
-                            None if out_fmt == fmt else out_fmt, accumulate, bool(single and scattered),
-                            bool(single and zeroed))
+    kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, single,
+                            None if out_fmt == fmt else out_fmt, accumulate, bool(single and scattered), zeroed)
     fill_rows = None
     if not single and merges_in_block(code):
         fill_rows = pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
     # the filled kernel takes (and never reads) the single launch's scratch argument
     unused = None if single else cuda.device_array(1, np.uint64)
-    return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group), bool(single), fill_rows,
-                  unused, depth, (lanes, vec, cf), stride, pow(stride, -1, grid[0]) if stride > 1 else 1,
-                  bool(single and zeroed))
+    return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group), single, fill_rows,
+                  unused, depth, (lanes, vec, cf), stride, pow(stride, -1, grid[0]) if stride > 1 else 1, zeroed)
 
 
 def _scratch(A, key, plan, n, dtype, stream):

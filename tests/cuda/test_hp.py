@@ -23,6 +23,12 @@ def run_hp(A, B, reduce, nnz_per_group=None, index_dtype=None, lanes=None, singl
     return C.copy_to_host()
 
 
+
+def _only_plan(dev):
+    """The one HP-SpMM plan in the cache of ``dev``."""
+    (plan,) = (v for v in dev.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))
+    return plan
+
 @given(A=graphs(), n=st.sampled_from(N_COLS + (128, 260)), reduce=st.sampled_from(REDUCTIONS),
        nnz_per_group=st.sampled_from([1, 5, 32, 64, None]), lanes=st.sampled_from([None, 32, 8, 4]),
        dtype=st.sampled_from([np.float32, np.float64]),
@@ -253,7 +259,7 @@ def test_a_16_bit_c_on_long_runs_of_empty_rows_comes_from_the_memset_and_single_
         C = cuda.to_device(np.full((A.shape[0], 16), 0x7FFF, np.uint16))  # NaN bits
         hp.spmm_hp(dev, cuda.to_device(B.view(np.uint16)), C, "sum", nnz_per_group=4, zeroed=zeroed)
         if zeroed is None:  # the rule's plan, with the single launch that a 16-bit C forces
-            (plan,) = (v for v in dev.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))
+            plan = _only_plan(dev)
             assert plan.single and plan.zeroed
         C = C.copy_to_host().view(ml_dtypes.bfloat16).astype(np.float64)
         reference = spmm_reference(exact, B.astype(np.float64), "sum")
@@ -455,7 +461,7 @@ def test_scattered_block_order_gives_the_same_product(reduce, single, zeroed):
     C = cuda.to_device(np.full((len(lengths), 32), np.nan, np.float32))
     hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=single, scattered=True,
                zeroed=zeroed)
-    (plan,) = (v for v in dev.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))
+    plan = _only_plan(dev)
     assert plan.order_stride > 1 and plan.single == single and plan.zeroed == bool(zeroed)
     assert plan.order_stride * plan.order_inverse % plan.grid[0] == 1
     assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
@@ -492,7 +498,7 @@ def test_scattered_single_launch_of_16_bit_values_and_int64_indices_over_column_
         C = cuda.to_device(np.full((len(lengths), 72), np.nan))
         hp.spmm_hp(dev, cuda.to_device(B), C, "sum", nnz_per_group=2, lanes=8, single=True, scattered=True)
         assert_close(C.copy_to_host(), spmm_reference(A, B, "sum"), np.float64, spmm_scale(A, B, "sum"))
-    (plan,) = (v for v in dev.cache.sections["plans"].values() if isinstance(v, hp.HPPlan))
+    plan = _only_plan(dev)
     assert plan.single and plan.order_stride > 1 and plan.grid[1] >= 2  # several column tiles
 
 
