@@ -48,8 +48,8 @@ spmm      ``slab`` where N >= SLAB_MIN_COLUMNS (64 on short     18 real graphs x
                                                                  4.2 per segment: slab 2.05x HP's
                                                                  time (H200), vetoed
 spmm      ``hp`` elsewhere (its own launch rules: DTP, single    balanced by nonzeros: heavy rows
-          launch, column tile, block order; :mod:`.cuda.hp`)     never stall one warp ("HP-SpMM and
-                                                                 HP-SDDMM")
+          launch, column tile, block and row order;              never stall one warp ("HP-SpMM and
+          :mod:`.cuda.hp`)                                       HP-SDDMM")
 sddmm     ``hp`` (CPU: ``cpu_rows``)                             ("HP-SpMM and HP-SDDMM")
 fused     ``sddmm_spmm``/``graph_attention`` in one kernel       10 graphs x K = F = 32..128 (H100),
           (rows cut into runs, merged) where one warp covers     replayed: fused 1.14-1.49x faster by

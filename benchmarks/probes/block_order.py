@@ -1,5 +1,6 @@
 """HP-SpMM on node orders that sort rows by length: which order costs (A's rows or its columns),
-and HP's blocks in order against scattered (``hp.scatter_blocks``) in either launch, sum,
+HP's blocks in order against scattered (``hp.scatter_blocks``) in either launch, and the single
+launch on the rows shuffled through a map (``hp.shuffle_rows``, ``single_shuffled``), sum,
 kernel time by CUPTI beside the slab kernel and cuSPARSE, each result checked against float64.
 
     python benchmarks/probes/block_order.py FOLDER --n 64,128,256 [--graphs a,b] [--copies deg,mix25] > OUT.jsonl
@@ -95,7 +96,9 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
                 for scattered in (False, True):
                     variants[f"{'single' if single else 'filled'}_{'scattered' if scattered else 'in_order'}"] = (
                         lambda single=single, scattered=scattered: hp.spmm_hp(dev, B, C, "sum", single=single,
-                                                                              scattered=scattered))
+                                                                              scattered=scattered, shuffled=False))
+            variants["single_shuffled"] = lambda: hp.spmm_hp(dev, B, C, "sum", single=True, scattered=False,
+                                                             shuffled=True)
             if not half:
                 variants["slab"] = lambda: slab.spmm_slab(dev, B, C, "sum")
             variants["cusparse"] = lambda: Ct.copy_(torch.sparse.mm(T, Bt))
@@ -112,7 +115,7 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
             blocks = plan.grid[0]
             spread = row_prep.row_end_spread(A.indptr, block_nnz, min(hp.full_wave(), blocks // 2))
             print(json.dumps(dict(graph=name, copy=label, n=n, dtype=args.dtype, single=plan.single,
-                                  scattered=plan.order_stride > 1, nnz_per_group=plan.nnz_per_group, blocks=blocks,
+                                  scattered=plan.order_stride > 1, shuffled=plan.shuffled, nnz_per_group=plan.nnz_per_group, blocks=blocks,
                                   spread=spread, us=us, bad=bad)),
                   flush=True)
             print(f"{name} {label} N={n} spread={spread:.2f} " + " ".join(f"{k}={v:.1f}" for k, v in us.items() if v is not None)

@@ -129,6 +129,18 @@ SCATTER_MIN_SPREAD = 0.3
 #: excluded as short rows already: the span cap guards a mechanism (a long look-back left to
 #: the end of the grid) that no measured long-row case reaches.
 SCATTER_MAX_SPAN = 32
+#: The single launch on short rows (:func:`short_rows`) takes A's rows in a seeded random order
+#: (:func:`shuffle_rows`; the entries stay in place, read through a map) where the ids sort rows
+#: by length (row ends spread SHUFFLE_MIN_SPREAD or more unevenly along the nonzeros) and the
+#: non-empty rows average SHUFFLE_MIN_MEAN_ROW entries or more.  Measured (H200, sum, N = 128 /
+#: 256, float32 and bfloat16, kernel time; BENCHMARKS.md "Rows shuffled in the single launch"):
+#: the rule's 16 picks on rows put in order of length (coauthor-cs, musae-facebook, wiki-vote
+#: directed by degree, email-enron's own ids and by degree) ran 0.90-1.39x as fast, geomean
+#: 1.14x; the map costs 2-14% where the order does not matter (rows shuffled beforehand), most on
+#: rows of a few entries (nell, pubmed: 0.82-1.05x by degree), which the mean-row bound leaves in
+#: order.  Scattering whole blocks did not help there (0.88-1.19x, "The single launch in a
+#: scattered order").  Both thresholds were read off those graphs.
+SHUFFLE_MIN_SPREAD, SHUFFLE_MIN_MEAN_ROW = 0.6, 8
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
 #: (WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
@@ -342,6 +354,32 @@ def coprime_stride(blocks):
     while math.gcd(stride, blocks) != 1:
         stride += 1
     return stride
+
+
+def shuffle_rows(A, single, lanes, block_nnz, gathered_bytes):
+    """Whether HP-SpMM's single launch takes A's rows in a seeded random order
+    (:func:`numbasparse.preprocess.rows.shuffled_rows`: the kernel reads each entry through a
+    map and stores each row to its own place in C): on graphs of short rows, SHUFFLE_MIN_MEAN_ROW
+    entries or more on average, whose ids sort rows by length
+    (:func:`numbasparse.preprocess.rows.row_end_spread` at SHUFFLE_MIN_SPREAD or more over runs
+    of a wave of blocks, as degree-ranked dumps number them).  There the lane groups in order run
+    a phase of hub rows, then one of rows of a few entries, and lose up to 1.4x to the same rows
+    in random order; scattering whole blocks does not recover it on short rows
+    (:func:`scatter_blocks`).  The map costs a load per chunk of entries and per row end, so rows
+    of a few entries keep their order.  Only where a group is a whole warp (narrower groups share
+    a warp and wait for each other at every row end, which shuffled rows make unequal), where the
+    grid fills more than a wave, where the gathered operand (``gathered_bytes``: one column tile
+    of B) takes at most WINDOW_L2_SHARE of L2 (shuffled rows in flight read all of it: past that
+    the ids' own order is what keeps B rows in L2, as for :func:`scatter_blocks`), and for fewer
+    than 2**31 entries and rows (a 32-bit map)."""
+    wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
+    if (not single or lanes != WARP or blocks <= wave or A.nnz + A.shape[0] >= 2 ** 31
+            or gathered_bytes > WINDOW_L2_SHARE * device.memory_system()[0]):
+        return False
+    mean = mean_row(A.nnz, pattern_fact(A, "nonempty_rows"))
+    if not SHUFFLE_MIN_MEAN_ROW <= mean < SINGLE_MAX_MEAN_ROW:
+        return False
+    return pattern_fact(A, "row_end_spread", block_nnz, min(wave, blocks // 2)) >= SHUFFLE_MIN_SPREAD
 
 
 def can_widen(lanes, vec, cf, n_cols, value_format):
@@ -614,11 +652,14 @@ def step_to(indptr, row, last, position):
     return row
 
 
-def _row_walk(width, init, merge, single, zeroes, flush, zero_row):
+def _row_walk(width, init, merge, single, zeroes, flush, zero_row, c_row, prefetch_row, stored_row):
     """(leave_partial, next_row): at a row's end, finish the group's row (store it, combine it
     atomically, or leave it in shared memory for the block merge), reset ``acc`` and move to the
     next non-empty row, zeroing the empty rows it skips where ``zeroes`` (the single launch
-    into an unwritten C)."""
+    into an unwritten C).  ``c_row(remap, nnz, row)``: C's row of the kernel's row ``row``;
+    ``prefetch_row`` loads it as the walk enters the row (``crow``; where C's rows are A's, a
+    constant), so that its latency hides behind the row's gathers rather than delaying its
+    store, and ``stored_row(row, crow)`` is the row the store takes."""
 
     @cuda.jit(device=True, inline="always")
     def leave_partial(partials, slot, acc):
@@ -626,25 +667,26 @@ def _row_walk(width, init, merge, single, zeroes, flush, zero_row):
             partials[slot + v] = acc[v]
 
     @cuda.jit(device=True, inline="always")
-    def next_row(C, indptr, partials, partial_rows, acc, row, row_start, row_end, seg_start, bg, slot, j, active):
-        """Returns the next non-empty row's (row, start, end)."""
+    def next_row(C, indptr, remap, nnz, partials, partial_rows, acc, row, crow, row_start, row_end, seg_start, bg,
+                 slot, j, active):
+        """Returns the next non-empty row's (row, start, end, C's row)."""
         if merge and row_start < seg_start and (bg > 0 or single):
             partial_rows[bg] = row  # group bg - 1 (or, for group 0, an earlier block) holds this row too
             if active:
                 leave_partial(partials, slot, acc)
         elif active:
-            flush(C, row, j, acc, row_end - row_start, row_start >= seg_start)
+            flush(C, stored_row(row, crow), j, acc, row_end - row_start, row_start >= seg_start)
         if zeroes:  # the empty rows in between are this group's to zero (few: single_launch)
             row += 1
             while indptr[row + 1] == row_end:
                 if active:
-                    zero_row(C, row, j)
+                    zero_row(C, c_row(remap, nnz, row), j)
                 row += 1
         else:  # C is filled or zeroed: skip them
             row = walk_to(indptr, row + 1, indptr.shape[0] - 2, row_end)
         for v in range(width):
             acc[v] = init
-        return row, row_end, indptr[row + 1]
+        return row, row_end, indptr[row + 1], prefetch_row(remap, nnz, row)
 
     return leave_partial, next_row
 
@@ -653,7 +695,7 @@ def _row_walk(width, init, merge, single, zeroes, flush, zero_row):
 
 @launch.kernel_factory
 def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth, single=False, out_dtype=None,
-                   adds_to_c=False, scattered=False, zeroed=False):
+                   adds_to_c=False, scattered=False, zeroed=False, mapped=False):
     """Compile-once factory of the HP-SpMM kernel.
 
     Thread mapping: a warp is ``32 // lanes`` groups of ``lanes`` lanes; group g owns
@@ -690,6 +732,11 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     zeroed before the kernel, which skips empty rows as the filled kernel does (a run of empty
     rows costs a group one dependent ``indptr`` load a row otherwise: :func:`zeroed_single`).
 
+    ``mapped`` (single launch only): the kernel works on A's rows in another order
+    (:func:`shuffle_rows`): ``indptr`` and ``group_rows`` are that order's, entry p of it is
+    A's entry ``remap[p]`` and its row r is C's row ``remap[nnz + r]``.  Otherwise ``remap``
+    is not read.
+
     ``adds_to_c`` (sum, filled kernel, float32/float64 C): every row is combined atomically,
     so the launch adds A B to what C holds (C += A B), with no fill before it.
     """
@@ -715,7 +762,43 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         flush = _adding(flush)
     finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush, scattered)
     zeroes = single and not zeroed  # the kernel writes C's empty rows
-    leave_partial, next_row = _row_walk(width, init, merge, single, zeroes, flush, zero_row)
+    assert single or not mapped
+
+    if mapped:
+        @cuda.jit(device=True, inline="always")
+        def c_row(remap, nnz, row):
+            return remap[nnz + row]
+
+        @cuda.jit(device=True, inline="always")
+        def entry(remap, p):
+            return remap[p]
+
+        @cuda.jit(device=True, inline="always")
+        def prefetch_row(remap, nnz, row):  # C's row, loaded as the walk enters the row
+            return remap[nnz + row]
+
+        @cuda.jit(device=True, inline="always")
+        def stored_row(row, crow):
+            return crow
+    else:  # (A's own rows: nothing loaded or carried, the kernel's registers unchanged)
+        @cuda.jit(device=True, inline="always")
+        def c_row(remap, nnz, row):
+            return row
+
+        @cuda.jit(device=True, inline="always")
+        def entry(remap, p):
+            return p
+
+        @cuda.jit(device=True, inline="always")
+        def prefetch_row(remap, nnz, row):
+            return 0
+
+        @cuda.jit(device=True, inline="always")
+        def stored_row(row, crow):
+            return row
+
+    leave_partial, next_row = _row_walk(width, init, merge, single, zeroes, flush, zero_row, c_row, prefetch_row,
+                                        stored_row)
     # float32 sums over 8 columns per lane: capped for occupancy (MAX_REGISTERS); not in the
     # single launch, whose extra state would spill under the cap
     capped = reduce_code == reductions.SUM and value_dtype == "<f4" and width == 8 and not single
@@ -732,7 +815,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
             finish_across_blocks(C, parts, received, row, row_start, row_end, chunk, block_nnz, order_inverse, j, acc)
 
     @cuda.jit(**options)  # (the simulator's jit takes no register cap)
-    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts, order_stride, order_inverse):
+    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts, order_stride, order_inverse, remap):
         lane = cuda.threadIdx.x % WARP
         g = lane // lanes
         glane = lane % lanes
@@ -769,36 +852,40 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
             # (1) the group's first row
             seg_end = min(seg_start + nnz_per_group, nnz)
             row = group_rows[group_id]
+            crow = prefetch_row(remap, nnz, row)
             row_start = indptr[row]
             row_end = indptr[row + 1]
             if zeroes and active:
                 r = row - 1
                 while r >= 0 and indptr[r] == seg_start:  # empty rows just before this group's
-                    zero_row(C, r, j)
+                    zero_row(C, c_row(remap, nnz, r), j)
                     r -= 1
             for v in range(width):
                 acc[v] = init
             base = cuda.threadIdx.x - glane  # this group's slots in the cache
             for chunk in range(seg_start, seg_end, lanes):
                 if chunk + glane < seg_end:
-                    cached_col[base + glane] = indices[chunk + glane]
-                    cached_val[base + glane] = to_compute(data[chunk + glane])
+                    at = entry(remap, chunk + glane)
+                    cached_col[base + glane] = indices[at]
+                    cached_val[base + glane] = to_compute(data[at])
                 syncwarp_lanes(mask)
                 count = min(lanes, seg_end - chunk)
                 # (2) accumulate, (3) finish each row as the entries cross its end
                 if depth == 1:  # entry by entry, all groups of the warp in step
                     for kk in range(count):
                         if chunk + kk >= row_end:
-                            row, row_start, row_end = next_row(C, indptr, partials, partial_rows, acc, row,
-                                                               row_start, row_end, seg_start, bg, slot, j, active)
+                            row, row_start, row_end, crow = next_row(C, indptr, remap, nnz, partials, partial_rows,
+                                                                     acc, row, crow, row_start, row_end, seg_start, bg,
+                                                                     slot, j, active)
                         if active:
                             add_entry(acc, cached_val[base + kk], B, cached_col[base + kk], j, n)
                 else:  # runs of entries in one row, depth entries' B rows loaded before use
                     kk = 0
                     while kk < count:
                         if chunk + kk >= row_end:
-                            row, row_start, row_end = next_row(C, indptr, partials, partial_rows, acc, row,
-                                                               row_start, row_end, seg_start, bg, slot, j, active)
+                            row, row_start, row_end, crow = next_row(C, indptr, remap, nnz, partials, partial_rows,
+                                                                     acc, row, crow, row_start, row_end, seg_start, bg,
+                                                                     slot, j, active)
                         stop = min(count, row_end - chunk)  # entries kk..stop-1 lie in this row
                         if active:
                             while kk + depth <= stop:
@@ -820,10 +907,11 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
             elif merge and row_end > seg_end:
                 gather = True  # the row goes on in the next group
             elif active:
-                flush(C, row, j, acc, row_end - row_start, row_start >= seg_start and row_end <= seg_end)
+                flush(C, stored_row(row, crow), j, acc, row_end - row_start,
+                      row_start >= seg_start and row_end <= seg_end)
             if zeroes and active and seg_end == nnz:
                 for r in range(row + 1, C.shape[0]):  # empty rows after the last entry
-                    zero_row(C, r, j)
+                    zero_row(C, c_row(remap, nnz, r), j)
         # (4) the block merge
         if merge:
             syncblock()  # every partial is in shared memory
@@ -844,9 +932,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                             for v in range(width):
                                 acc[v] = combine(reduce_code, acc[v], partials[h * tile + glane * width + v])
                         h += 1
-                    if active:
-                        finish_row(C, parts, received, row, row_start, row_end, block_start, block_end, work_block,
-                                   block_nnz, order_inverse, j, acc)
+                    if active:  # (finish_row takes C's row: it only stores there)
+                        finish_row(C, parts, received, c_row(remap, nnz, row), row_start, row_end, block_start,
+                                   block_end, work_block, block_nnz, order_inverse, j, acc)
 
     return spmm_hp
 
@@ -854,19 +942,28 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
 # SpMM plan and launch ------------------------------------------------------------------------
 
 HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows single fill_rows unused_scratch depth "
-                                           "layout order_stride order_inverse zeroed")
+                                           "layout order_stride order_inverse zeroed shuffled indptr remap")
 
 
-def pattern_fact(A, name, *args):
+def pattern_fact(A, name, *args, shuffled=False):
     """A fact of device CSR A's pattern computed on the host (the function ``name`` of
     :mod:`numbasparse.preprocess.rows`, from ``host_indptr``; "median_column_distance" also from
     a sample of the indices), once per pattern, kept in A's cache; the array ones uploaded; HP's
-    rules, dispatch, the tuner and the fused kernels' run length read them here."""
+    rules, dispatch, the tuner and the fused kernels' run length read them here.  ``shuffled``:
+    the fact of A's rows in :func:`shuffled_rows`' order (the facts of ``row_prep`` that read
+    ``indptr`` only)."""
+    if shuffled:
+        if name == "median_column_distance":
+            raise ValueError("median_column_distance reads A's own entries")
+        indptr = shuffled_rows(A).host_indptr
+    else:
+        indptr = A.host_indptr
+
     def build():
         if name == "segment_rows":
-            return cuda.to_device(row_prep.segment_rows(A.host_indptr, *args, A.index_dtype))
+            return cuda.to_device(row_prep.segment_rows(indptr, *args, A.index_dtype))
         if name == "rows_to_fill":
-            rows = row_prep.rows_to_fill(A.host_indptr, *args, A.index_dtype)
+            rows = row_prep.rows_to_fill(indptr, *args, A.index_dtype)
             return cuda.to_device(rows) if rows.size else None
         if name == "median_column_distance":  # (the only fact that reads indices: a sample of them)
             runs = row_prep.sampled_entries(A.nnz)
@@ -876,8 +973,24 @@ def pattern_fact(A, name, *args):
                        A.indices[start:start + length].copy_to_host() for start, length in runs]
             return row_prep.median_column_distance(A.host_indptr, np.concatenate(positions or [[]]),
                                                    np.concatenate(columns or [[]]))
-        return getattr(row_prep, name)(A.host_indptr, *args)
-    return A.cache.get_or_build("plans", (name, *args), build)
+        return getattr(row_prep, name)(indptr, *args)
+    return A.cache.get_or_build("plans", (name, *args) + (("shuffled",) if shuffled else ()), build)
+
+
+ShuffledRows = collections.namedtuple("ShuffledRows", "host_indptr indptr remap")
+
+
+def shuffled_rows(A):
+    """A's rows in :func:`numbasparse.preprocess.rows.shuffled_rows`' seeded order, as the
+    mapped kernel (:func:`shuffle_rows`) reads them: (that order's ``indptr`` on the host and on
+    the device, in A's index dtype; the device ``remap``, int32), once per pattern, in A's
+    cache."""
+    def build():
+        indptr, remap = row_prep.shuffled_rows(A.host_indptr)
+        with device.allocating("HP-SpMM's row map", remap.size * 4 + indptr.size * A.indptr.dtype.itemsize):
+            return ShuffledRows(indptr, cuda.to_device(indptr.astype(A.indptr.dtype)),
+                                cuda.to_device(remap.astype(np.int32)))
+    return A.cache.get_or_build("plans", ("shuffled_rows",), build)
 
 
 def spmm_layout(A, n_cols, itemsize, B, *, stored=(), lanes=None):
@@ -894,9 +1007,9 @@ def spmm_layout(A, n_cols, itemsize, B, *, stored=(), lanes=None):
 
 
 def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False, scattered=None,
-               zeroed=None):
-    """The launch plan of HP-SpMM for A (the layout, DTP, single-launch and block-order rules,
-    or the given overrides)."""
+               zeroed=None, shuffled=None):
+    """The launch plan of HP-SpMM for A (the layout, DTP, single-launch, row-order and
+    block-order rules, or the given overrides)."""
     fmt = kernel_format(A.dtype)
     out_fmt = fmt if C.dtype == np.uint16 else kernel_format(C.dtype)  # float32 C of 16-bit operands: "<f4"
     stored = (C,) if is_half_format(out_fmt) else ()  # a 16-bit C is written by vector stores
@@ -920,22 +1033,34 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
                                pattern_fact(A, "crossing_span", block_groups * nnz_per_group),
                                pattern_fact(A, "empty_rows_per_group", nnz_per_group))
     single = bool(single)
+    tile_bytes = A.shape[1] * lanes * vec * cf * B.dtype.itemsize
+    if shuffled is None:
+        shuffled = (shuffle_rows(A, single, lanes, block_groups * nnz_per_group, tile_bytes)  # (and the span
+                    and pattern_fact(A, "crossing_span", block_groups * nnz_per_group, shuffled=True)  # limit, on
+                    <= MAX_SINGLE_LAUNCH_SPAN)  # the shuffled rows)
+    elif shuffled and (not single or A.nnz + A.shape[0] >= 2 ** 31):
+        raise ValueError("shuffled rows take the single launch and fewer than 2**31 entries and rows")
+    shuffled = bool(shuffled)
     if zeroed is None:  # (only the single launch zeroes empty rows itself)
-        zeroed = single and zeroed_single(pattern_fact(A, "empty_rows_per_group", nnz_per_group))
+        zeroed = single and zeroed_single(pattern_fact(A, "empty_rows_per_group", nnz_per_group, shuffled=shuffled))
     zeroed = single and bool(zeroed)
     if scattered is None:
-        scattered = scatter_blocks(A, block_groups * nnz_per_group, A.shape[1] * lanes * vec * cf * B.dtype.itemsize,
-                                   single)
+        scattered = not shuffled and scatter_blocks(A, block_groups * nnz_per_group, tile_bytes, single)
     stride = coprime_stride(grid[0]) if scattered else 1
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, single,
-                            None if out_fmt == fmt else out_fmt, accumulate, bool(single and scattered), zeroed)
+                            None if out_fmt == fmt else out_fmt, accumulate, bool(single and scattered), zeroed,
+                            shuffled)
     fill_rows = None
     if not single and merges_in_block(code):
         fill_rows = pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
-    # the filled kernel takes (and never reads) the single launch's scratch argument
+    # the filled kernel takes (and never reads) the single launch's scratch argument, a kernel on
+    # A's own rows the row map
     unused = None if single else cuda.device_array(1, np.uint64)
-    return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group), single, fill_rows,
-                  unused, depth, (lanes, vec, cf), stride, pow(stride, -1, grid[0]) if stride > 1 else 1, zeroed)
+    rows = shuffled_rows(A) if shuffled else ShuffledRows(None, A.indptr, cuda.device_array(1, np.int32))
+    return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group, shuffled=shuffled),
+                  single, fill_rows, unused, depth, (lanes, vec, cf), stride,
+                  pow(stride, -1, grid[0]) if stride > 1 else 1, zeroed, shuffled, rows.indptr, rows.remap)
+
 
 
 def _scratch(A, key, plan, n, dtype, stream):
@@ -955,7 +1080,7 @@ def _scratch(A, key, plan, n, dtype, stream):
 
 
 def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout=None, depth=None, single=None,
-            accumulate=False, values=None, scattered=None, zeroed=None):
+            accumulate=False, values=None, scattered=None, zeroed=None, shuffled=None):
     """Launch HP-SpMM on a device :class:`CSR` A and device arrays B, C.  In its single launch
     (:func:`single_launch`, graphs of short rows) the kernel alone writes all of C; otherwise C
     is filled with the reduction's identity first (sum and mean: a memset; max and min: only the
@@ -965,7 +1090,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     Overrides of the rules, for tools and tests: ``nnz_per_group`` (DTP), ``lanes`` (group
     size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode),
     ``scattered`` (block order, :func:`scatter_blocks`), ``zeroed`` (the single launch after a
-    memset of C, :func:`zeroed_single`).
+    memset of C, :func:`zeroed_single`), ``shuffled`` (the single launch on the rows in a random
+    order, :func:`shuffle_rows`).
 
     ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
     fill, every row added atomically): how a product split by columns adds its parts.
@@ -995,7 +1121,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     if rounded:
         handle, C = workspace(A, code, n, stream)
     key = ("spmm_hp", code, n, A.dtype.name, C.dtype.str, launch.alignment(B), launch.alignment(C), nnz_per_group,
-           lanes, layout, depth, single, accumulate, scattered, zeroed)
+           lanes, layout, depth, single, accumulate, scattered, zeroed, shuffled)
     if values is not None:
         if values.shape != A.data.shape or values.dtype != A.data.dtype:
             raise ValueError(f"values must be {A.data.shape} of {A.data.dtype}, got {values.shape} of {values.dtype}")
@@ -1003,7 +1129,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     else:
         bound_key, variable, values = key, (4, 5), A.data
     plan = A.cache.get_or_build("plans", key, lambda: _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout,
-                                                                 depth, single, accumulate, scattered, zeroed))
+                                                                 depth, single, accumulate, scattered, zeroed,
+                                                                 shuffled))
     if plan.single:
         handle, parts = _scratch(A, key, plan, n, A.dtype, stream)
         bound_key = bound_key + (handle,)  # the bound launch holds this stream's scratch
@@ -1016,8 +1143,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
                 fill_identity(C, code, stream)
             elif plan.fill_rows is not None:  # max, min: the rows the block merge cannot store alone
                 fill_identity(C, code, stream, rows=plan.fill_rows, A=A, key=key + ("fill",))
-    args = (A.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts, plan.order_stride,
-            plan.order_inverse)
+    args = (plan.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts, plan.order_stride,
+            plan.order_inverse, plan.remap)
     if rounded:
         round_into(A, C, result, code, handle, stream, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP,
                    args, variable)
@@ -1133,8 +1260,8 @@ def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
     single launch, which ``auto`` takes for it, in order and scattered, each also after a memset of
-    C: :func:`zeroed_single`), the wide tiles of :func:`wide_tiles` and, once
-    per call with ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and
+    C: :func:`zeroed_single`; the single launch on shuffled rows, :func:`shuffle_rows`), the wide
+    tiles of :func:`wide_tiles` and, once per call with ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and
     float64) the accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
     of them a graph reaches depends on its rows and hub rows, and no set of small graphs is sure
@@ -1144,7 +1271,8 @@ def precompile_variants(A, B, X, reduce):
     C = cuda.device_array((A.shape[0], B.shape[1]), storage_dtype(A.dtype))
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # auto writes a 16-bit C by the single launch
-            spmm_hp(A, B, C, reduce, depth=depth, single=single, scattered=False, zeroed=False)
+            spmm_hp(A, B, C, reduce, depth=depth, single=single, scattered=False, zeroed=False, shuffled=False)
+        spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=False, zeroed=False, shuffled=True)
         if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`scatter_blocks`),
             # and runs after a memset of C on graphs of long runs of empty rows (:func:`zeroed_single`)
             for scattered, zeroed in ((True, False), (False, True), (True, True)):
@@ -1152,7 +1280,8 @@ def precompile_variants(A, B, X, reduce):
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):
-            spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single)
+            spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single, shuffled=False)
+        spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=True, shuffled=True)
         if reduce == "sum":  # and accumulating (dispatch.spmm_add)
             spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, accumulate=True)
     if reduce == "sum":

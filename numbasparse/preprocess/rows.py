@@ -136,3 +136,23 @@ def row_runs(indptr, run, index_dtype):
     run_slot[in_split] = np.arange(int(np.count_nonzero(in_split)))
     slot_ptr = np.concatenate(([0], np.cumsum(runs[split])))
     return tuple(a.astype(index_dtype) for a in (run_row, run_start, run_slot, np.flatnonzero(split), slot_ptr))
+
+
+#: Seed of :func:`shuffled_rows`' permutation: the same pattern gets the same order in every
+#: process (plans, timings and results do not vary between runs).
+SHUFFLE_SEED = 0x5EED
+
+
+def shuffled_rows(indptr):
+    """A seeded random order of the rows as a kernel that splits work by nonzeros sees it, the
+    entries left where they are: (``indptr`` of the rows in that order, ``remap``), where
+    ``remap[:nnz]`` gives each position of the reordered entries its entry in the matrix and
+    ``remap[nnz + r]`` the matrix row of reordered row r.  int64 both."""
+    indptr = np.asarray(indptr, np.int64)
+    m, nnz = indptr.size - 1, int(indptr[-1])
+    order = np.random.default_rng(SHUFFLE_SEED).permutation(m)
+    lengths = np.diff(indptr)[order]
+    shuffled = np.zeros(m + 1, np.int64)
+    np.cumsum(lengths, out=shuffled[1:])
+    entries = np.repeat(indptr[:-1][order] - shuffled[:-1], lengths) + np.arange(nnz, dtype=np.int64)
+    return shuffled, np.concatenate((entries, order))

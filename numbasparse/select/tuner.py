@@ -8,7 +8,9 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
   depth (not for lanes of 8 values, which would spill), the other launch mode (the filled launch
   writes a 16-bit C through a float32 workspace and a rounding pass), the rule's launch and the filled launch with the other block order
   (scattered where the rule keeps blocks in order, in order where it scatters:
-  :func:`numbasparse.cuda.hp.scatter_blocks`), and where whole-warp groups cover N in several column tiles, tiles of
+  :func:`numbasparse.cuda.hp.scatter_blocks`), the single launch on the other row order (A's rows
+  shuffled where the rule keeps them, A's own where it shuffles: :func:`numbasparse.cuda.hp.shuffle_rows`),
+  and where whole-warp groups cover N in several column tiles, tiles of
   twice the columns (or, where the rule took those, :func:`numbasparse.cuda.hp.wide_tiles`, the
   narrow ones); HP-SDDMM: lane
   groups per nonzero halved and doubled (each lane loops over K) and DTP halved and doubled;
@@ -158,7 +160,7 @@ def cache_path():
 
 #: Part of every cache key: raise it when the schedule space, a family's parameters or the way a
 #: choice is made change, so that choices made otherwise are timed again.
-SPACE_VERSION = 10
+SPACE_VERSION = 11
 
 
 def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", families=None):
@@ -168,7 +170,7 @@ def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", fa
 
 
 #: The parameters each family's launcher takes (a stored choice with others is not used).
-PARAMETERS = {("spmm", "hp"): {"nnz_per_group", "depth", "single", "layout", "scattered"},
+PARAMETERS = {("spmm", "hp"): {"nnz_per_group", "depth", "single", "layout", "scattered", "shuffled"},
               ("sddmm", "hp"): {"group", "nnz_per_warp"}, ("spmm", "slab"): set(), ("spmm", "hc"): {"mode"}}
 
 
@@ -303,6 +305,9 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             other_order = not plan.order_stride > 1
             if plan.single:  # the single launch's other block order (its look-back follows either)
                 ranked.append(Candidate.of("hp", single=True, scattered=other_order))
+                # and its other row order (hp.shuffle_rows: A's rows in a random order, read through a map)
+                if A.nnz + A.shape[0] < 2 ** 31:
+                    ranked.append(Candidate.of("hp", single=True, shuffled=not plan.shuffled))
             ranked.append(Candidate.of("hp", single=False, scattered=other_order))  # the filled launch's
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
             # half the columns, whichever the rule (hp.wide_tiles) did not take

@@ -470,6 +470,109 @@ def test_scattered_block_order_gives_the_same_product(reduce, single, zeroed):
         assert not parts.copy_to_host().any()
 
 
+@pytest.mark.parametrize("zeroed", [False, True])
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+def test_shuffled_rows_give_the_same_product_call_after_call(reduce, zeroed):
+    """The single launch on the rows in a random order (entries read through the map, each row
+    stored to its own place in C): rows split across groups and blocks, runs of empty rows
+    (zeroed by the kernel or by a memset), the parts' flags cleared after each call."""
+    rng = np.random.default_rng()
+    lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5, 9, 40, 0, 1, 0, 0, 0]  # blocks of 16 groups x 2 entries
+    A = sp.csr_matrix(rows_of(rng, lengths, 140))
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    for _ in range(2):
+        B = random_dense(rng, (140, 32), np.float32)
+        C = cuda.to_device(np.full((len(lengths), 32), np.nan, np.float32))
+        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=True, zeroed=zeroed,
+                   shuffled=True)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+    plan = _only_plan(dev)
+    assert plan.shuffled and plan.zeroed == zeroed and plan.indptr is not dev.indptr and plan.order_stride == 1
+    (parts,) = dev.cache.sections["scratch"].values()
+    assert not parts.copy_to_host().any()
+
+
+@pytest.mark.parametrize("case", ["bfloat16", "float64 int64", "per-call values"])
+def test_shuffled_rows_of_16_bit_values_int64_indices_and_per_call_values(case):
+    """The map reads A's own entries: 16-bit values (C rounded once) over two column tiles,
+    int64 indices, and values passed per call (an SDDMM's scores) all give A's product."""
+    import ml_dtypes
+
+    rng = np.random.default_rng()
+    lengths = [4, 0, 70, 2, 0, 0, 9, 1, 33, 5]
+    A = sp.csr_matrix(rows_of(rng, lengths, 90))
+    if case == "bfloat16":
+        dtype = np.dtype(ml_dtypes.bfloat16)
+        A.data = A.data.astype(dtype).astype(np.float64)  # the values bfloat16 holds
+        B = rng.standard_normal((90, 72)).astype(dtype)
+        dev = CSR.from_scipy(A, dtype=dtype)
+        C = cuda.to_device(np.full((len(lengths), 72), 0x7FC0, np.uint16))  # NaN bits
+        hp.spmm_hp(dev, cuda.to_device(B.view(np.uint16)), C, "sum", nnz_per_group=3, lanes=8, single=True,
+                   shuffled=True)
+        result = C.copy_to_host().view(dtype).astype(np.float64)
+        reference = spmm_reference(A, B.astype(np.float64), "sum")
+        assert np.linalg.norm(result - reference) <= 2.0**-8 * np.linalg.norm(reference)
+    else:
+        dtype, index_dtype = (np.float64, np.int64) if case == "float64 int64" else (np.float32, None)
+        dev = CSR.from_scipy(A, dtype=dtype, index_dtype=index_dtype)
+        values = None
+        if case == "per-call values":
+            A.data = random_dense(rng, (A.nnz,), np.float32)
+            values = cuda.to_device(A.data)
+        B = random_dense(rng, (90, 16), dtype)
+        C = cuda.to_device(np.full((len(lengths), 16), np.nan, dtype))
+        hp.spmm_hp(dev, cuda.to_device(B), C, "sum", nnz_per_group=3, lanes=8, single=True, shuffled=True,
+                   values=values)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, "sum"), dtype, spmm_scale(A, B, "sum"))
+    assert _only_plan(dev).shuffled
+
+
+def test_shuffled_rows_take_the_single_launch_only():
+    A = sp.random(30, 30, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    dev = CSR.from_scipy(A)
+    B, C = cuda.device_array((30, 8), np.float32), cuda.device_array((30, 8), np.float32)
+    with pytest.raises(ValueError, match="single launch"):
+        hp.spmm_hp(dev, B, C, "sum", single=False, shuffled=True)
+
+
+def test_rows_shuffle_where_short_rows_are_sorted_by_length_in_whole_warps_and_b_is_small(monkeypatch):
+    """A graph of short rows (11 on average) whose ids put its long rows first takes the single
+    launch on shuffled rows at N = 128 (groups of a whole warp); not at N = 32 (narrow groups),
+    not in the filled launch, not in random order, not on rows of 3, not with a tile of B past a
+    third of L2, not in one wave of blocks, and not on long rows (those scatter their blocks)."""
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 32)  # (runs of 32 blocks)
+    monkeypatch.setattr(device, "memory_system", lambda: (2 << 20, 3.35e12))
+    rng = np.random.default_rng(0)
+
+    def matrix(lengths, order):
+        rows = np.repeat(np.arange(lengths.size), lengths[order])
+        cols = rng.integers(0, 1000, rows.size)
+        return sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)), shape=(lengths.size, 1000))
+
+    def plan(A, n=128, single=None):
+        dev = CSR.from_scipy(A, dtype=np.float32)
+        B, C = cuda.device_array((A.shape[1], n), np.float32), cuda.device_array((A.shape[0], n), np.float32)
+        return hp._spmm_plan(dev, 0, n, B, C, 4, None, None, None, single)
+
+    lengths = np.concatenate([np.full(80, 120), np.full(1600, 6)])  # hubs first, mean row 11.4
+    sorted_rows = matrix(lengths, np.arange(lengths.size))
+    taken = plan(sorted_rows)
+    assert taken.single and taken.shuffled and taken.order_stride == 1
+    assert not plan(sorted_rows, n=32).shuffled  # groups of 8 lanes
+    assert not plan(sorted_rows, single=False).shuffled
+    assert not plan(matrix(lengths, rng.permutation(lengths.size))).shuffled
+    short = np.concatenate([np.full(20, 60), np.full(1600, 3)])  # mean row 3.7: the map costs more
+    assert not plan(matrix(short, np.arange(short.size))).shuffled
+    monkeypatch.setattr(hp, "SINGLE_MAX_MEAN_ROW", 5)  # the same rows as long ones
+    assert not plan(sorted_rows).shuffled
+    monkeypatch.setattr(hp, "SINGLE_MAX_MEAN_ROW", 18)
+    monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
+    assert not plan(sorted_rows).shuffled  # B: 1000 rows x 512 bytes, past a third of L2
+    monkeypatch.setattr(device, "memory_system", lambda: (2 << 20, 3.35e12))
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
+    assert not plan(sorted_rows).shuffled
+
+
 @pytest.mark.parametrize("case", ["bfloat16", "float64 int64"])
 def test_scattered_single_launch_of_16_bit_values_and_int64_indices_over_column_tiles(case):
     """The single launch in a scattered order, as auto takes it for 16-bit values (C rounded
@@ -519,7 +622,7 @@ def test_the_stride_is_what_orders_the_blocks():
         C = cuda.to_device(np.zeros((40, 8), np.float32))  # (the filled launch adds to it)
         parts = cuda.to_device(np.zeros(flagged_words(2 * plan.grid[0] * 8, 4), np.uint64))
         launch.run(plan.kernel, plan.grid, hp.WARPS_PER_BLOCK * 32, 0, dev.indptr, dev.indices, dev.data,
-                   plan.group_rows, B, C, plan.nnz_per_group, parts, order, inverse)
+                   plan.group_rows, B, C, plan.nnz_per_group, parts, order, inverse, plan.remap)
         return np.abs(C.copy_to_host() - expected).max()
 
     def plan(single, scattered):
@@ -555,7 +658,7 @@ def test_a_wrong_finishing_block_fails_on_the_simulator_instead_of_hanging():
     parts = cuda.to_device(np.zeros(flagged_words(2 * plan.grid[0] * 8, 4), np.uint64))
     with pytest.raises(RuntimeError, match="look-back"):
         launch.run(plan.kernel, plan.grid, hp.WARPS_PER_BLOCK * 32, 0, dev.indptr, dev.indices, dev.data,
-                   plan.group_rows, B, C, plan.nnz_per_group, parts, 1, plan.grid[0] - 1)
+                   plan.group_rows, B, C, plan.nnz_per_group, parts, 1, plan.grid[0] - 1, plan.remap)
 
 
 def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():

@@ -340,7 +340,8 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     order) depends on the graph: precompile makes all of them for each width and dtype, 16-bit
     ones in their single launch only (in order and scattered: on long rows it runs for them alone;
     each also after a memset of C, for graphs of long runs of empty rows), HP-SDDMM's walk past
-    runs of empty rows and the accumulating kernel (float32, float64)."""
+    runs of empty rows and the accumulating kernel (float32, float64); the single launch on
+    shuffled rows in every dtype."""
     import scipy.sparse as sp
     from numbasparse import aot, arrays, csr
     from numbasparse.cuda import hp
@@ -350,10 +351,10 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     factory = hp.spmm_hp_kernel
 
     def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None, adds_to_c=False, scattered=False,
-                  zeroed=False):
+                  zeroed=False, mapped=False):
         made.append((depth, single) + (("adds",) if adds_to_c else ()) + (("scattered",) if scattered else ())
-                    + (("zeroed",) if zeroed else ()))
-        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt, adds_to_c, scattered, zeroed)
+                    + (("zeroed",) if zeroed else ()) + (("shuffled",) if mapped else ()))
+        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt, adds_to_c, scattered, zeroed, mapped)
 
     monkeypatch.setattr(hp, "spmm_hp_kernel", recording)
     skipping = []
@@ -370,8 +371,9 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, monkeypatch):
     B, X = (arrays.to_device(rng.standard_normal(shape).astype(dtype)) for shape in ((5, 8), (6, 8)))
     hp.precompile_variants(A, *aot._kernel_operands(A, B, X), "sum")
     if dtype.itemsize == 2:
-        assert sorted(made) == [(d, True) + extra for d in (1, 4)
-                                for extra in ((), ("scattered",), ("scattered", "zeroed"), ("zeroed",))]
+        assert sorted(made) == [(d, True) + extra for d in (1, 4) for extra in
+                                ((), ("scattered",), ("scattered", "zeroed"), ("shuffled",), ("zeroed",))]
     else:
-        assert sorted(made) == [(1, False), (1, False, "adds"), (1, True), (2, False), (2, False, "adds"), (2, True)]
+        assert sorted(made) == [(1, False), (1, False, "adds"), (1, True), (1, True, "shuffled"), (2, False),
+                                (2, False, "adds"), (2, True), (2, True, "shuffled")]
     assert skipping == [True]  # HP-SDDMM's walk past runs of empty rows, which these graphs lack

@@ -84,3 +84,18 @@ def test_row_end_spread_is_near_zero_for_mixed_rows_and_large_for_rows_by_length
     assert rows.row_end_spread(mixed, 64, 64) < 0.1
     assert rows.row_end_spread(by_length, 64, 1600) == 0.0  # fewer than two runs of blocks
     assert rows.row_end_spread(np.array([0, 0, 0]), 64, 1) == 0.0  # no entries
+
+
+def test_shuffled_rows_reorder_rows_and_map_entries_and_rows_back():
+    rng = np.random.default_rng(0)
+    A = sp.random(60, 40, density=0.1, format="csr", random_state=rng)
+    A[7:12] = 0  # a run of empty rows
+    A = A.tocsr()
+    indptr, remap = rows.shuffled_rows(A.indptr)
+    order = remap[A.nnz:]
+    assert sorted(order) == list(range(60)) and not np.array_equal(order, np.arange(60))
+    entries = remap[:A.nnz]
+    shuffled = sp.csr_matrix((A.data[entries], A.indices[entries], indptr), shape=A.shape)
+    assert (shuffled != A[order]).nnz == 0
+    again = rows.shuffled_rows(A.indptr)  # seeded: the same order in every process
+    assert np.array_equal(again[0], indptr) and np.array_equal(again[1], remap)

@@ -197,6 +197,21 @@ def test_hp_is_also_tried_in_the_other_block_order(monkeypatch):
     assert scattered not in ranked
 
 
+def test_hp_is_also_tried_on_the_other_row_order_in_the_single_launch(monkeypatch):
+    from numbasparse.cuda import hp
+
+    _, dev = _graph()
+    half = tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100)  # the single launch
+    assert tuner.Candidate.of("hp", single=True, shuffled=True) in half  # (the rule: A's own row order)
+    monkeypatch.setattr(hp, "shuffle_rows", lambda A, single, *args: single)  # wherever the single launch runs
+    half = tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100)
+    assert tuner.Candidate.of("hp", single=True, shuffled=False) in half
+    assert tuner.Candidate.of("hp", single=True, shuffled=True) not in half
+    monkeypatch.setattr(hp, "single_launch", lambda *args: False)  # the filled launch: no row order to try
+    ranked = tuner.candidates(dev, "spmm", 40, np.float32, device=H100)
+    assert not any("shuffled" in dict(c.params) for c in ranked)
+
+
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
 def test_every_candidate_computes_the_product(op, monkeypatch):
     from numba import cuda
