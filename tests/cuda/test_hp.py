@@ -470,6 +470,24 @@ def test_scattered_block_order_gives_the_same_product(reduce, single, zeroed):
         assert not parts.copy_to_host().any()
 
 
+def _assert_bfloat16_single_launch(rng, A, **options):
+    """The single launch (``options``: its overrides) on A's pattern and values rounded to
+    bfloat16, N = 72 (two column tiles of 8 lanes): C rounded once, within bfloat16's unit
+    roundoff of float64 (A.data is rounded in place).  Returns the device matrix."""
+    import ml_dtypes
+
+    dtype = np.dtype(ml_dtypes.bfloat16)
+    A.data = A.data.astype(dtype).astype(np.float64)  # the values bfloat16 holds
+    B = rng.standard_normal((A.shape[1], 72)).astype(dtype)
+    dev = CSR.from_scipy(A, dtype=dtype)
+    C = cuda.to_device(np.full((A.shape[0], 72), 0x7FC0, np.uint16))  # NaN bits
+    hp.spmm_hp(dev, cuda.to_device(B.view(np.uint16)), C, "sum", lanes=8, single=True, **options)
+    result = C.copy_to_host().view(dtype).astype(np.float64)
+    reference = spmm_reference(A, B.astype(np.float64), "sum")
+    assert np.linalg.norm(result - reference) <= 2.0**-8 * np.linalg.norm(reference)
+    return dev
+
+
 @pytest.mark.parametrize("zeroed", [False, True])
 @pytest.mark.parametrize("reduce", REDUCTIONS)
 def test_shuffled_rows_give_the_same_product_call_after_call(reduce, zeroed):
@@ -496,22 +514,11 @@ def test_shuffled_rows_give_the_same_product_call_after_call(reduce, zeroed):
 def test_shuffled_rows_of_16_bit_values_int64_indices_and_per_call_values(case):
     """The map reads A's own entries: 16-bit values (C rounded once) over two column tiles,
     int64 indices, and values passed per call (an SDDMM's scores) all give A's product."""
-    import ml_dtypes
-
     rng = np.random.default_rng()
     lengths = [4, 0, 70, 2, 0, 0, 9, 1, 33, 5]
     A = sp.csr_matrix(rows_of(rng, lengths, 90))
     if case == "bfloat16":
-        dtype = np.dtype(ml_dtypes.bfloat16)
-        A.data = A.data.astype(dtype).astype(np.float64)  # the values bfloat16 holds
-        B = rng.standard_normal((90, 72)).astype(dtype)
-        dev = CSR.from_scipy(A, dtype=dtype)
-        C = cuda.to_device(np.full((len(lengths), 72), 0x7FC0, np.uint16))  # NaN bits
-        hp.spmm_hp(dev, cuda.to_device(B.view(np.uint16)), C, "sum", nnz_per_group=3, lanes=8, single=True,
-                   shuffled=True)
-        result = C.copy_to_host().view(dtype).astype(np.float64)
-        reference = spmm_reference(A, B.astype(np.float64), "sum")
-        assert np.linalg.norm(result - reference) <= 2.0**-8 * np.linalg.norm(reference)
+        dev = _assert_bfloat16_single_launch(rng, A, nnz_per_group=3, shuffled=True)
     else:
         dtype, index_dtype = (np.float64, np.int64) if case == "float64 int64" else (np.float32, None)
         dev = CSR.from_scipy(A, dtype=dtype, index_dtype=index_dtype)
@@ -578,23 +585,12 @@ def test_scattered_single_launch_of_16_bit_values_and_int64_indices_over_column_
     """The single launch in a scattered order, as auto takes it for 16-bit values (C rounded
     once, within bfloat16's unit roundoff of float64) and with int64 indices, over several
     column tiles (N = 72): rows crossing blocks come out as in order, empty rows too."""
-    import ml_dtypes
-
     rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 17, 2, 130, 0, 5, 9, 40, 1]
     dense = rows_of(rng, lengths, 140)
     A = sp.csr_matrix(dense)
     if case == "bfloat16":
-        dtype = np.dtype(ml_dtypes.bfloat16)
-        A.data = A.data.astype(dtype).astype(np.float64)  # the values bfloat16 holds
-        B = rng.standard_normal((140, 72)).astype(dtype)
-        dev = CSR.from_scipy(A, dtype=dtype)
-        C = cuda.to_device(np.full((len(lengths), 72), 0x7FC0, np.uint16))  # NaN bits
-        hp.spmm_hp(dev, cuda.to_device(B.view(np.uint16)), C, "sum", nnz_per_group=2, lanes=8, single=True,
-                   scattered=True)
-        result = C.copy_to_host().view(dtype).astype(np.float64)
-        reference = spmm_reference(A, B.astype(np.float64), "sum")
-        assert np.linalg.norm(result - reference) <= 2.0**-8 * np.linalg.norm(reference)
+        dev = _assert_bfloat16_single_launch(rng, A, nnz_per_group=2, scattered=True)
     else:
         B = random_dense(rng, (140, 72), np.float64)
         dev = CSR.from_scipy(A, dtype=np.float64, index_dtype=np.int64)
