@@ -115,8 +115,8 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
             blocks = plan.grid[0]
             spread = row_prep.row_end_spread(A.indptr, block_nnz, min(hp.full_wave(), blocks // 2))
             print(json.dumps(dict(graph=name, copy=label, n=n, dtype=args.dtype, single=plan.single,
-                                  scattered=plan.order_stride > 1, shuffled=plan.shuffled, nnz_per_group=plan.nnz_per_group, blocks=blocks,
-                                  spread=spread, us=us, bad=bad)),
+                                  scattered=plan.order_stride > 1, shuffled=plan.shuffled,
+                                  nnz_per_group=plan.nnz_per_group, blocks=blocks, spread=spread, us=us, bad=bad)),
                   flush=True)
             print(f"{name} {label} N={n} spread={spread:.2f} " + " ".join(f"{k}={v:.1f}" for k, v in us.items() if v is not None)
                   + (f" BAD {bad}" if bad else ""), file=sys.stderr, flush=True)

@@ -130,7 +130,8 @@ def kernel_configs():
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=False {reduce} {fmt}"
                                 f"/float32", hp.spmm_hp_kernel(code, lanes, vec, cf, fmt, "<i4", depth, False, "<f4"),
                                 (*csr, I[::1], H[:, ::1], numba.float32[:, ::1], numba.int64, numba.uint64[::1],
-                                 numba.int64, numba.int64, numba.int32[::1])))  # float32 workspace (or out=), float32 layouts
+                                 numba.int64, numba.int64, numba.int32[::1])))  # float32 workspace (or out=),
+            # float32 layouts
             for lanes, vec, depth in ((32, 4, 4), (32, 8, 4)):  # the single launch on shuffled rows
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True shuffled {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, mapped=True),

@@ -136,9 +136,9 @@ SCATTER_MAX_SPAN = 32
 #: 256, float32 and bfloat16, kernel time; BENCHMARKS.md "Rows shuffled in the single launch"):
 #: the rule's 16 picks on rows put in order of length (coauthor-cs, musae-facebook, wiki-vote
 #: directed by degree, email-enron's own ids and by degree) ran 0.90-1.39x as fast, geomean
-#: 1.14x; the map costs 2-14% where the order does not matter (rows shuffled beforehand), most on
-#: rows of a few entries (nell, pubmed: 0.82-1.05x by degree), which the mean-row bound leaves in
-#: order.  Scattering whole blocks did not help there (0.88-1.19x, "The single launch in a
+#: 1.14x; the map costs up to 14% (5% geomean) where the order does not matter (rows shuffled
+#: beforehand), most on rows of a few entries (nell, pubmed: 0.82-1.05x by degree), which the
+#: mean-row bound leaves in order.  Scattering whole blocks did not help there (0.88-1.19x, "The single launch in a
 #: scattered order").  Both thresholds were read off those graphs.
 SHUFFLE_MIN_SPREAD, SHUFFLE_MIN_MEAN_ROW = 0.6, 8
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
@@ -955,7 +955,7 @@ def pattern_fact(A, name, *args, shuffled=False):
     if shuffled:
         if name == "median_column_distance":
             raise ValueError("median_column_distance reads A's own entries")
-        indptr = shuffled_rows(A).host_indptr
+        indptr = _shuffled_order(A)[0]
     else:
         indptr = A.host_indptr
 
@@ -977,20 +977,21 @@ def pattern_fact(A, name, *args, shuffled=False):
     return A.cache.get_or_build("plans", (name, *args) + (("shuffled",) if shuffled else ()), build)
 
 
-ShuffledRows = collections.namedtuple("ShuffledRows", "host_indptr indptr remap")
+def _shuffled_order(A):
+    """(indptr, remap) of :func:`numbasparse.preprocess.rows.shuffled_rows` for A, on the host,
+    once per pattern (the rules' facts of the shuffled rows read it before any upload)."""
+    return A.cache.get_or_build("plans", ("shuffled order",), lambda: row_prep.shuffled_rows(A.host_indptr))
 
 
 def shuffled_rows(A):
     """A's rows in :func:`numbasparse.preprocess.rows.shuffled_rows`' seeded order, as the
-    mapped kernel (:func:`shuffle_rows`) reads them: (that order's ``indptr`` on the host and on
-    the device, in A's index dtype; the device ``remap``, int32), once per pattern, in A's
-    cache."""
+    mapped kernel (:func:`shuffle_rows`) reads them: (that order's ``indptr``, in A's index dtype;
+    ``remap``, int32) on the device, uploaded once per pattern, in A's cache."""
     def build():
-        indptr, remap = row_prep.shuffled_rows(A.host_indptr)
+        indptr, remap = _shuffled_order(A)
         with device.allocating("HP-SpMM's row map", remap.size * 4 + indptr.size * A.indptr.dtype.itemsize):
-            return ShuffledRows(indptr, cuda.to_device(indptr.astype(A.indptr.dtype)),
-                                cuda.to_device(remap.astype(np.int32)))
-    return A.cache.get_or_build("plans", ("shuffled_rows",), build)
+            return cuda.to_device(indptr.astype(A.indptr.dtype)), cuda.to_device(remap.astype(np.int32))
+    return A.cache.get_or_build("plans", ("shuffled rows on the device",), build)
 
 
 def spmm_layout(A, n_cols, itemsize, B, *, stored=(), lanes=None):
@@ -1026,18 +1027,20 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
                                              groups_per_warp, lanes * vec * cf * B.dtype.itemsize)
     block_groups = WARPS_PER_BLOCK * groups_per_warp
     grid = (cdiv(cdiv(A.nnz, nnz_per_group), block_groups), n_tiles)
-    if is_half_format(out_fmt):  # a 16-bit C is written whole by the kernel, never combined atomically
-        single = True  # (spmm_hp runs the filled kernel for it into a float32 workspace)
+    if is_half_format(out_fmt) or (shuffled and single is None):  # a 16-bit C is written whole by the kernel,
+        single = True  # never combined atomically (spmm_hp runs the filled kernel for it into a float32
+        # workspace); shuffled rows are the single launch's
     if single is None:
         single = single_launch(mean_row(A.nnz, pattern_fact(A, "nonempty_rows")),
                                pattern_fact(A, "crossing_span", block_groups * nnz_per_group),
                                pattern_fact(A, "empty_rows_per_group", nnz_per_group))
     single = bool(single)
     tile_bytes = A.shape[1] * lanes * vec * cf * B.dtype.itemsize
-    if shuffled is None:
-        shuffled = (shuffle_rows(A, single, lanes, block_groups * nnz_per_group, tile_bytes)  # (and the span
-                    and pattern_fact(A, "crossing_span", block_groups * nnz_per_group, shuffled=True)  # limit, on
-                    <= MAX_SINGLE_LAUNCH_SPAN)  # the shuffled rows)
+    if shuffled is None:  # (and the single launch's own limits hold on the shuffled rows: no memset of C)
+        shuffled = (shuffle_rows(A, single, lanes, block_groups * nnz_per_group, tile_bytes)
+                    and single_launch(mean_row(A.nnz, pattern_fact(A, "nonempty_rows")),
+                                      pattern_fact(A, "crossing_span", block_groups * nnz_per_group, shuffled=True),
+                                      pattern_fact(A, "empty_rows_per_group", nnz_per_group, shuffled=True)))
     elif shuffled and (not single or A.nnz + A.shape[0] >= 2 ** 31):
         raise ValueError("shuffled rows take the single launch and fewer than 2**31 entries and rows")
     shuffled = bool(shuffled)
@@ -1056,11 +1059,10 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     # the filled kernel takes (and never reads) the single launch's scratch argument, a kernel on
     # A's own rows the row map
     unused = None if single else cuda.device_array(1, np.uint64)
-    rows = shuffled_rows(A) if shuffled else ShuffledRows(None, A.indptr, cuda.device_array(1, np.int32))
+    indptr, remap = shuffled_rows(A) if shuffled else (A.indptr, cuda.device_array(1, np.int32))
     return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group, shuffled=shuffled),
                   single, fill_rows, unused, depth, (lanes, vec, cf), stride,
-                  pow(stride, -1, grid[0]) if stride > 1 else 1, zeroed, shuffled, rows.indptr, rows.remap)
-
+                  pow(stride, -1, grid[0]) if stride > 1 else 1, zeroed, shuffled, indptr, remap)
 
 
 def _scratch(A, key, plan, n, dtype, stream):
@@ -1091,7 +1093,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode),
     ``scattered`` (block order, :func:`scatter_blocks`), ``zeroed`` (the single launch after a
     memset of C, :func:`zeroed_single`), ``shuffled`` (the single launch on the rows in a random
-    order, :func:`shuffle_rows`).
+    order, :func:`shuffle_rows`; True implies ``single=True``, and ``single=False`` with it is a
+    ValueError).
 
     ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
     fill, every row added atomically): how a product split by columns adds its parts.
@@ -1260,8 +1263,9 @@ def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
     single launch, which ``auto`` takes for it, in order and scattered, each also after a memset of
-    C: :func:`zeroed_single`; the single launch on shuffled rows, :func:`shuffle_rows`), the wide
-    tiles of :func:`wide_tiles` and, once per call with ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and
+    C: :func:`zeroed_single`; the single launch on shuffled rows, :func:`shuffle_rows`, for whole
+    warps at their depth), the wide tiles of :func:`wide_tiles` and, once per call with
+    ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and
     float64) the accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
     of them a graph reaches depends on its rows and hub rows, and no set of small graphs is sure
@@ -1269,15 +1273,17 @@ def precompile_variants(A, B, X, reduce):
     arrays as the kernels take them (16-bit values as their bits); results discarded."""
     half = is_half(A.dtype)
     C = cuda.device_array((A.shape[0], B.shape[1]), storage_dtype(A.dtype))
+    lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # auto writes a 16-bit C by the single launch
             spmm_hp(A, B, C, reduce, depth=depth, single=single, scattered=False, zeroed=False, shuffled=False)
-        spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=False, zeroed=False, shuffled=True)
+        if lanes == WARP and depth == gather_depth(1, 1, vec * cf, C.dtype.itemsize, lanes):  # whole warps' depth
+            spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=False, zeroed=False, shuffled=True)
         if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`scatter_blocks`),
             # and runs after a memset of C on graphs of long runs of empty rows (:func:`zeroed_single`)
             for scattered, zeroed in ((True, False), (False, True), (True, True)):
-                spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=scattered, zeroed=zeroed)
-    lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
+                spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=scattered, zeroed=zeroed,
+                        shuffled=False)
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):
             spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single, shuffled=False)

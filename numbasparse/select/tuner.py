@@ -303,8 +303,8 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
                 ranked.append(Candidate.of("hp"))
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
             other_order = not plan.order_stride > 1
-            if plan.single:  # the single launch's other block order (its look-back follows either)
-                ranked.append(Candidate.of("hp", single=True, scattered=other_order))
+            if plan.single:  # the single launch's other block order (its look-back follows either), on A's
+                ranked.append(Candidate.of("hp", single=True, scattered=other_order, shuffled=False))  # own rows
                 # and its other row order (hp.shuffle_rows: A's rows in a random order, read through a map)
                 if A.nnz + A.shape[0] < 2 ** 31:
                     ranked.append(Candidate.of("hp", single=True, shuffled=not plan.shuffled))

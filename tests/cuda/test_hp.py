@@ -9,6 +9,7 @@ from numba.cuda import config
 
 from numbasparse import CSR, dispatch
 from numbasparse.cuda import device, hp, launch
+from numbasparse.preprocess import rows as row_prep
 from numbasparse.reference import sddmm_reference, spmm_reference
 from strategies import N_COLS, assert_close, graphs, random_dense, sddmm_scale, spmm_scale
 
@@ -510,10 +511,11 @@ def test_shuffled_rows_give_the_same_product_call_after_call(reduce, zeroed):
     assert not parts.copy_to_host().any()
 
 
-@pytest.mark.parametrize("case", ["bfloat16", "float64 int64", "per-call values"])
-def test_shuffled_rows_of_16_bit_values_int64_indices_and_per_call_values(case):
+@pytest.mark.parametrize("case", ["bfloat16", "float64 int64", "per-call values", "with_values"])
+def test_shuffled_rows_of_16_bit_values_int64_indices_and_other_values(case):
     """The map reads A's own entries: 16-bit values (C rounded once) over two column tiles,
-    int64 indices, and values passed per call (an SDDMM's scores) all give A's product."""
+    int64 indices, values passed per call (an SDDMM's scores) and a ``with_values`` copy, which
+    shares the plan and its map, all give the product with their values."""
     rng = np.random.default_rng()
     lengths = [4, 0, 70, 2, 0, 0, 9, 1, 33, 5]
     A = sp.csr_matrix(rows_of(rng, lengths, 90))
@@ -523,11 +525,15 @@ def test_shuffled_rows_of_16_bit_values_int64_indices_and_per_call_values(case):
         dtype, index_dtype = (np.float64, np.int64) if case == "float64 int64" else (np.float32, None)
         dev = CSR.from_scipy(A, dtype=dtype, index_dtype=index_dtype)
         values = None
+        B = random_dense(rng, (90, 16), dtype)
+        C = cuda.to_device(np.full((len(lengths), 16), np.nan, dtype))
+        if case == "with_values":  # (the plan and map made for A first)
+            hp.spmm_hp(dev, cuda.to_device(B), C, "sum", nnz_per_group=3, lanes=8, single=True, shuffled=True)
+            A.data = random_dense(rng, (A.nnz,), np.float32)
+            dev = dev.with_values(cuda.to_device(A.data))
         if case == "per-call values":
             A.data = random_dense(rng, (A.nnz,), np.float32)
             values = cuda.to_device(A.data)
-        B = random_dense(rng, (90, 16), dtype)
-        C = cuda.to_device(np.full((len(lengths), 16), np.nan, dtype))
         hp.spmm_hp(dev, cuda.to_device(B), C, "sum", nnz_per_group=3, lanes=8, single=True, shuffled=True,
                    values=values)
         assert_close(C.copy_to_host(), spmm_reference(A, B, "sum"), dtype, spmm_scale(A, B, "sum"))
@@ -576,6 +582,14 @@ def test_rows_shuffle_where_short_rows_are_sorted_by_length_in_whole_warps_and_b
     monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
     assert not plan(sorted_rows).shuffled  # B: 1000 rows x 512 bytes, past a third of L2
     monkeypatch.setattr(device, "memory_system", lambda: (2 << 20, 3.35e12))
+    # where the shuffled rows break a limit of the single launch that A's own keep (hp.single_launch
+    # on the shuffled rows), A's order stays:
+    gaps = matrix(np.concatenate([np.full(80, 120), np.tile(np.r_[6, np.zeros(10, int)], 1600)]),  # runs of
+                  np.arange(80 + 11 * 1600))  # empty rows that, shuffled, a group would zero one by one
+    assert row_prep.empty_rows_per_group(gaps.indptr, 4) <= hp.MAX_ZEROED_ROWS
+    assert row_prep.empty_rows_per_group(row_prep.shuffled_rows(gaps.indptr)[0], 4) > hp.MAX_ZEROED_ROWS
+    own = plan(gaps)
+    assert own.single and not own.shuffled and not own.zeroed
     monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
     assert not plan(sorted_rows).shuffled
 
