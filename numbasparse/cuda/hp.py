@@ -138,8 +138,8 @@ SCATTER_MAX_SPAN = 32
 #: directed by degree, email-enron's own ids and by degree) ran 0.90-1.39x as fast, geomean
 #: 1.14x; the map costs up to 14% (5% geomean) where the order does not matter (rows shuffled
 #: beforehand), most on rows of a few entries (nell, pubmed: 0.82-1.05x by degree), which the
-#: mean-row bound leaves in order.  Scattering whole blocks did not help there (0.88-1.19x, "The single launch in a
-#: scattered order").  Both thresholds were read off those graphs.
+#: mean-row bound leaves in order.  Scattering whole blocks did not help there (0.88-1.19x,
+#: "The single launch in a scattered order").  Both thresholds were read off those graphs.
 SHUFFLE_MIN_SPREAD, SHUFFLE_MIN_MEAN_ROW = 0.6, 8
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
@@ -773,9 +773,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         def entry(remap, p):
             return remap[p]
 
-        @cuda.jit(device=True, inline="always")
-        def prefetch_row(remap, nnz, row):  # C's row, loaded as the walk enters the row
-            return remap[nnz + row]
+        prefetch_row = c_row  # C's row, loaded as the walk enters the row
 
         @cuda.jit(device=True, inline="always")
         def stored_row(row, crow):
