@@ -18,6 +18,11 @@ def kernel_configs():
     from .. import reductions
     from . import crc, fill, fused, gather, hc, hp, permute, sddmm_warp, slab, tiled
 
+    def hp_spmm(csr, I, B, C):
+        """HP-SpMM's kernel arguments (:func:`hp.spmm_hp`): A's arrays, group_rows, B, C,
+        nnz_per_group, the single launch's parts, the block order's stride and inverse, the row map."""
+        return (*csr, I[::1], B, C, numba.int64, numba.uint64[::1], numba.int64, numba.int64, numba.int32[::1])
+
     configs = []
     for value, index in (("<f4", "<i4"), ("<f8", "<i8")):
         V, I = numba.from_dtype(np.dtype(value)), numba.from_dtype(np.dtype(index))
@@ -33,27 +38,23 @@ def kernel_configs():
                         configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single={single} "
                                         f"{reduce} {value}/{index}",
                                         hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, single),
-                                        (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1],
-                                         numba.int64, numba.int64, numba.int32[::1])))
+                                        hp_spmm(csr, I, V[:, ::1], V[:, ::1])))
         for reduce, code in reductions.CODES.items():  # the single launch compiled for a scattered order
             for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1), (8, 4, 1, 1)):
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=True scattered "
                                 f"{reduce} {value}/{index}",
                                 hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, True, None, False, True),
-                                (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
-                                 numba.int64, numba.int32[::1])))
+                                hp_spmm(csr, I, V[:, ::1], V[:, ::1])))
         for reduce, code in reductions.CODES.items():  # the single launch on shuffled rows (whole warps)
             for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1)):
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=True shuffled "
                                 f"{reduce} {value}/{index}",
                                 hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, True, mapped=True),
-                                (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
-                                 numba.int64, numba.int32[::1])))
+                                hp_spmm(csr, I, V[:, ::1], V[:, ::1])))
         for lanes, vec, cf in ((32, 4, 1), (32, 4, 2), (16, 4, 1)):  # C += A B (numbasparse.distributed)
             configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} accumulate sum {value}/{index}",
                             hp.spmm_hp_kernel(reductions.SUM, lanes, vec, cf, value, index, 1, False, None, True),
-                            (*csr, I[::1], V[:, ::1], V[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
-                             numba.int64, numba.int32[::1])))
+                            hp_spmm(csr, I, V[:, ::1], V[:, ::1])))
         for reduce, code in reductions.CODES.items():
             vecs = [v for v in (1, 2, 4) if v * np.dtype(value).itemsize <= slab.VECTOR_BYTES]
             # whole warps at every width; lane groups (float32 only) at every width too: N = 64 / 32
@@ -124,32 +125,27 @@ def kernel_configs():
             for lanes, vec, depth in ((8, 4, 1), (32, 4, 4), (32, 8, 4)):
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True),
-                                (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
-                                 numba.int64, numba.int32[::1])))
+                                hp_spmm(csr, I, H[:, ::1], H[:, ::1])))
             for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1), (8, 4, 1, 1)):  # the filled launch into a
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=False {reduce} {fmt}"
                                 f"/float32", hp.spmm_hp_kernel(code, lanes, vec, cf, fmt, "<i4", depth, False, "<f4"),
-                                (*csr, I[::1], H[:, ::1], numba.float32[:, ::1], numba.int64, numba.uint64[::1],
-                                 numba.int64, numba.int64, numba.int32[::1])))  # float32 workspace (or out=),
-            # float32 layouts
+                                hp_spmm(csr, I, H[:, ::1], numba.float32[:, ::1])))  # float32 workspace (or
+            # out=), float32 layouts
             for lanes, vec, depth in ((32, 4, 4), (32, 8, 4)):  # the single launch on shuffled rows
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True shuffled {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, mapped=True),
-                                (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
-                                 numba.int64, numba.int32[::1])))
+                                hp_spmm(csr, I, H[:, ::1], H[:, ::1])))
             for lanes, vec, depth in ((32, 4, 4), (32, 8, 4)):  # the single launch in a scattered order
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True scattered {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, True),
-                                (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
-                                 numba.int64, numba.int32[::1])))
+                                hp_spmm(csr, I, H[:, ::1], H[:, ::1])))
             for lanes, vec, depth, scattered in ((8, 4, 1, False), (32, 4, 4, False), (32, 8, 4, False),
                                                  (32, 4, 4, True), (32, 8, 4, True)):  # after a memset of C
                 mode = "single=True scattered zeroed" if scattered else "single=True zeroed"
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} {mode} {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, scattered,
                                                   True),
-                                (*csr, I[::1], H[:, ::1], H[:, ::1], numba.int64, numba.uint64[::1], numba.int64,
-                                 numba.int64, numba.int32[::1])))
+                                hp_spmm(csr, I, H[:, ::1], H[:, ::1])))
         F = numba.float32
         for reduce, code in reductions.CODES.items():  # the column slab into a float32 C: every shape
             # lane_layout reaches in bfloat16 (lanes 32 / 16 / 8 x 4, 2, 1 columns), the widest in float16

@@ -373,13 +373,19 @@ def shuffle_rows(A, single, lanes, block_nnz, gathered_bytes):
     the ids' own order is what keeps B rows in L2, as for :func:`scatter_blocks`), and for fewer
     than 2**31 entries and rows (a 32-bit map)."""
     wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
-    if (not single or lanes != WARP or blocks <= wave or A.nnz + A.shape[0] >= 2 ** 31
+    if (not single or lanes != WARP or blocks <= wave or not row_map_fits(A)
             or gathered_bytes > WINDOW_L2_SHARE * device.memory_system()[0]):
         return False
     mean = mean_row(A.nnz, pattern_fact(A, "nonempty_rows"))
     if not SHUFFLE_MIN_MEAN_ROW <= mean < SINGLE_MAX_MEAN_ROW:
         return False
     return pattern_fact(A, "row_end_spread", block_nnz, min(wave, blocks // 2)) >= SHUFFLE_MIN_SPREAD
+
+
+def row_map_fits(A):
+    """Whether the map of A's shuffled rows (:func:`shuffled_rows`: an int32 per entry and per
+    row) can address A: fewer than 2**31 entries and rows."""
+    return A.nnz + A.shape[0] < 2 ** 31
 
 
 def can_widen(lanes, vec, cf, n_cols, value_format):
@@ -1039,7 +1045,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
                     and single_launch(mean_row(A.nnz, pattern_fact(A, "nonempty_rows")),
                                       pattern_fact(A, "crossing_span", block_groups * nnz_per_group, shuffled=True),
                                       pattern_fact(A, "empty_rows_per_group", nnz_per_group, shuffled=True)))
-    elif shuffled and (not single or A.nnz + A.shape[0] >= 2 ** 31):
+    elif shuffled and (not single or not row_map_fits(A)):
         raise ValueError("shuffled rows take the single launch and fewer than 2**31 entries and rows")
     shuffled = bool(shuffled)
     if zeroed is None:  # (only the single launch zeroes empty rows itself)

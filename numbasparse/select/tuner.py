@@ -306,7 +306,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             if plan.single:  # the single launch's other block order (its look-back follows either), on A's
                 ranked.append(Candidate.of("hp", single=True, scattered=other_order, shuffled=False))  # own rows
                 # and its other row order (hp.shuffle_rows: A's rows in a random order, read through a map)
-                if A.nnz + A.shape[0] < 2 ** 31:
+                if hp.row_map_fits(A):
                     ranked.append(Candidate.of("hp", single=True, shuffled=not plan.shuffled))
             ranked.append(Candidate.of("hp", single=False, scattered=other_order))  # the filled launch's
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
