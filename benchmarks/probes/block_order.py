@@ -1,6 +1,7 @@
 """HP-SpMM on node orders that sort rows by length: which order costs (A's rows or its columns),
-HP's blocks in order against scattered (``hp.scatter_blocks``) in either launch, and the single
-launch on the rows shuffled through a map (``hp.shuffle_rows``, ``single_shuffled``), sum,
+HP's blocks in order against scattered and (``--reversed``) reversed (``hp.order_blocks``) in
+either launch, and the single launch on the rows shuffled through a map (``hp.shuffle_rows``,
+``single_shuffled``), sum,
 kernel time by CUPTI beside the slab kernel and cuSPARSE, each result checked against float64.
 
     python benchmarks/probes/block_order.py FOLDER --n 64,128,256 [--graphs a,b] [--copies deg,mix25] > OUT.jsonl
@@ -8,12 +9,14 @@ kernel time by CUPTI beside the slab kernel and cuSPARSE, each result checked ag
     python benchmarks/probes/block_order.py FOLDER --n 128 --dtype bfloat16 --copies deg > OUT.jsonl
 
 A graph of FOLDER runs in its own order and, per ``--copies``, with its rows by decreasing
-length (``deg``), that order with N% of its positions shuffled among themselves (``mixN``) or
+length (``deg``) or increasing length (``asc``), that order with N% of its positions shuffled among themselves (``mixN``) or
 its rows shuffled (``shuf``), B unchanged.  ``--dtype bfloat16``: 16-bit operands (the single
-launch only; cuSPARSE in bfloat16 too, errors checked to 1e-2).  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree
+launch only; cuSPARSE in bfloat16 too, errors checked to 1e-2).  ``--reversed``: also HP's blocks
+in reverse order (heaviest chunks first where rows end more densely towards the end).  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree
 (by decreasing row length, for the columns too: the two differ on directed graphs).
-One JSON line per case: the kernel times (µs), the plan's launch mode, DTP and blocks, and
-``preprocess.rows.row_end_spread`` over the rule's runs of blocks.
+One JSON line per case: the kernel times (µs), the plan's launch mode, block order, DTP and
+blocks, and the grid times ``hp.predicted_time`` gives each order (``predicted``; ``mixed``: the
+rows in a random order).
 """
 import argparse
 import json
@@ -21,7 +24,6 @@ import sys
 
 import numpy as np
 import torch
-from numba import cuda
 
 import ml_dtypes
 from _variants import weighted_graphs
@@ -31,7 +33,6 @@ from numbasparse.bench.timing import time_kernels
 from numbasparse.csr import CSR
 from numbasparse.cuda import hp, slab
 from numbasparse.cuda.device import WARP_SIZE
-from numbasparse.preprocess import rows as row_prep
 from numbasparse.reorder import degree_order
 
 parser = argparse.ArgumentParser()
@@ -41,6 +42,7 @@ parser.add_argument("--graphs", default="")
 parser.add_argument("--copies", default="deg", help="comma list of deg, mixN (N%% of positions reshuffled)")
 parser.add_argument("--orders", action="store_true", help="rows or columns shuffled or by degree instead")
 parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+parser.add_argument("--reversed", action="store_true", help="also the blocks in reverse order")
 args = parser.parse_args()
 half = args.dtype == "bfloat16"
 tolerance = 1e-2 if half else 1e-5
@@ -59,6 +61,9 @@ def copies(A):
             yield f"columns_{label}", A[:, perm], perm
         return
     for copy in filter(None, args.copies.split(",")):
+        if copy == "asc":  # rows by increasing length (short rows first)
+            yield "rows_asc", A[by_degree[::-1]], None
+            continue
         if copy == "shuf":
             yield "rows_shuf", A[np.random.default_rng(1).permutation(A.shape[0])], None
             continue
@@ -92,12 +97,13 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
             plan = hp._spmm_plan(dev, reductions.CODES["sum"], n, B, C, None, None, None, None, None)
             block_nnz = hp.WARPS_PER_BLOCK * (WARP_SIZE // plan.layout[0]) * plan.nnz_per_group
             variants = {"rule": lambda: hp.spmm_hp(dev, B, C, "sum")}
+            orders = ("in_order", "scattered", "reversed") if args.reversed else ("in_order", "scattered")
             for single in (True,) if half else (True, False):
-                for scattered in (False, True):
-                    variants[f"{'single' if single else 'filled'}_{'scattered' if scattered else 'in_order'}"] = (
-                        lambda single=single, scattered=scattered: hp.spmm_hp(dev, B, C, "sum", single=single,
-                                                                              scattered=scattered, shuffled=False))
-            variants["single_shuffled"] = lambda: hp.spmm_hp(dev, B, C, "sum", single=True, scattered=False,
+                for order in orders:
+                    variants[f"{'single' if single else 'filled'}_{order}"] = (
+                        lambda single=single, order=order: hp.spmm_hp(dev, B, C, "sum", single=single,
+                                                                      block_order=order, shuffled=False))
+            variants["single_shuffled"] = lambda: hp.spmm_hp(dev, B, C, "sum", single=True, block_order="in_order",
                                                              shuffled=True)
             if not half:
                 variants["slab"] = lambda: slab.spmm_slab(dev, B, C, "sum")
@@ -113,10 +119,12 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
             us = {key: time_kernels(fn, repeat=30) for key, fn in variants.items()}
             us = {key: None if ms is None else ms * 1e3 for key, ms in us.items()}  # (None: no CUPTI events)
             blocks = plan.grid[0]
-            spread = row_prep.row_end_spread(A.indptr, block_nnz, min(hp.full_wave(), blocks // 2))
+            predicted = {order: hp.predicted_time(dev, block_nnz, order) for order in hp.BLOCK_ORDERS}
+            predicted["mixed"] = hp.predicted_time(dev, block_nnz, "in_order", mixed=True)
             print(json.dumps(dict(graph=name, copy=label, n=n, dtype=args.dtype, single=plan.single,
-                                  scattered=plan.order_stride > 1, shuffled=plan.shuffled,
-                                  nnz_per_group=plan.nnz_per_group, blocks=blocks, spread=spread, us=us, bad=bad)),
-                  flush=True)
-            print(f"{name} {label} N={n} spread={spread:.2f} " + " ".join(f"{k}={v:.1f}" for k, v in us.items() if v is not None)
+                                  block_order=plan.block_order, shuffled=plan.shuffled,
+                                  nnz_per_group=plan.nnz_per_group, blocks=blocks, predicted=predicted, us=us,
+                                  bad=bad)), flush=True)
+            gain = predicted["in_order"] / min(predicted.values())
+            print(f"{name} {label} N={n} predicted gain={gain:.2f} " + " ".join(f"{k}={v:.1f}" for k, v in us.items() if v is not None)
                   + (f" BAD {bad}" if bad else ""), file=sys.stderr, flush=True)

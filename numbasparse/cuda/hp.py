@@ -111,18 +111,27 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: at 17.0 (wiki-vote directed), 0.88-0.97x at 21.1 (ca-AstroPh); on longer rows 0.78-1.04x,
 #: slower in 22 of 24 cases.
 SINGLE_MAX_MEAN_ROW = 18
-#: HP-SpMM takes its blocks in a scattered order where row ends spread this unevenly along
-#: the nonzeros or more (:func:`scatter_blocks`).  Measured (H200, float32 sum,
-#: N = 64..256, kernel time; BENCHMARKS.md "HP-SpMM's block order on graphs numbered by
-#: degree"): the rows by degree of amazon-photo, tolokers, fb100 and ca-AstroPh (spreads of
-#: 0.65-1.07) ran 1.04-1.39x faster scattered than in order; with a quarter or a half of their
-#: positions shuffled back (0.31-0.74) 1.00-1.15x, three quarters (0.15-0.25) 1.00-1.10x; the
-#: other shared graphs in their own order with B in L2 (0-0.86, those above 0.3 of short rows,
-#: which keep the single launch) 0.94-1.12x.
-SCATTER_MIN_SPREAD = 0.3
-#: ... in the single launch only on long rows and where no row spans more than SCATTER_MAX_SPAN
-#: blocks after its first (:func:`scatter_blocks`).  Measured (H200, sum, N = 64..256, kernel
-#: time, BENCHMARKS.md "The single launch in a scattered order"): bfloat16 (single launch) on
+#: HP-SpMM's blocks take their chunks of nonzeros in the order (:func:`order_blocks`: in order,
+#: reversed or scattered) whose predicted grid time is lowest, by a factor of ORDER_MIN_GAIN or
+#: more against the order of A's rows (:func:`numbasparse.preprocess.rows.grid_time`: a chunk
+#: costs its entries plus ROW_END_COST entries' work per row ending in it, its block starting when
+#: the work dispatched before it, spread over a wave of blocks, is done).  Blocks of the same
+#: entries cost more where their rows are short (each row end is a store and a dependent
+#: ``indptr`` load), and where the ids sort rows by length those blocks run together: last with
+#: hubs first (the grid waits on them), first with hubs last (the grid's tail is short).
+#: Measured (H200, float32 sum, filled launch, N = 64..256, kernel time, BENCHMARKS.md "HP-SpMM's
+#: blocks in the order of their predicted cost"): over 90 cases (10 shared and 4 held-out
+#: synthetic graphs, own ids, rows by decreasing and by increasing length) the predicted order
+#: ran 0.994 of the per-case best of the three (geomean; worst 0.89x), in order always 0.919,
+#: reversed always 0.937, scattered always 0.916; the decisions are the same for a row end costing
+#: 1 to 8 entries.  A profile (Nsight Compute, coauthor-cs by decreasing length, single launch,
+#: N = 128) shows the mechanism: the same instructions, SMs busy 63% of the kernel's cycles
+#: against 82% with its rows shuffled.
+ROW_END_COST, ORDER_MIN_GAIN = 2, 1.05
+BLOCK_ORDERS = ("in_order", "reversed", "scattered")
+#: The single launch takes another block order only scattered, only on long rows and where no
+#: row spans more than SCATTER_MAX_SPAN blocks after its first (:func:`order_blocks`).
+#: Measured (H200, sum, N = 64..256, kernel time, BENCHMARKS.md "The single launch in a scattered order"): bfloat16 (single launch) on
 #: five long-row graphs by degree ran 0.95-1.33x as fast scattered (amazon-photo and fb100
 #: 1.16-1.33x; their spans 2-12 blocks); float32 single launches on short rows by degree
 #: 0.88-1.19x; nell (rows of 4, spans of 35-71 blocks) 0.67-0.98x in any order.  nell is
@@ -130,17 +139,21 @@ SCATTER_MIN_SPREAD = 0.3
 #: the end of the grid) that no measured long-row case reaches.
 SCATTER_MAX_SPAN = 32
 #: The single launch on short rows (:func:`short_rows`) takes A's rows in a seeded random order
-#: (:func:`shuffle_rows`; the entries stay in place, read through a map) where the ids sort rows
-#: by length (row ends spread SHUFFLE_MIN_SPREAD or more unevenly along the nonzeros) and the
-#: non-empty rows average SHUFFLE_MIN_MEAN_ROW entries or more.  Measured (H200, sum, N = 128 /
-#: 256, float32 and bfloat16, kernel time; BENCHMARKS.md "Rows shuffled in the single launch"):
-#: the rule's 16 picks on rows put in order of length (coauthor-cs, musae-facebook, wiki-vote
-#: directed by degree, email-enron's own ids and by degree) ran 0.90-1.39x as fast, geomean
-#: 1.14x; the map costs up to 14% (5% geomean) where the order does not matter (rows shuffled
-#: beforehand), most on rows of a few entries (nell, pubmed: 0.82-1.05x by degree), which the
-#: mean-row bound leaves in order.  Scattering whole blocks did not help there (0.88-1.19x,
-#: "The single launch in a scattered order").  Both thresholds were read off those graphs.
-SHUFFLE_MIN_SPREAD, SHUFFLE_MIN_MEAN_ROW = 0.6, 8
+#: (:func:`shuffle_rows`; the entries stay in place, read through a map) where rows in a random
+#: order have a predicted grid time (as for :func:`order_blocks`, every chunk at the mean cost)
+#: SHUFFLE_MIN_GAIN times shorter than A's order, and the non-empty rows average
+#: SHUFFLE_MIN_MEAN_ROW entries or more.  The map costs up to 14% (5% geomean) where the order
+#: does not matter (rows shuffled beforehand; H200, sum, N = 128 / 256, float32 and bfloat16,
+#: kernel time; BENCHMARKS.md "Rows shuffled in the single launch"), most on rows of a few
+#: entries (nell, pubmed: 0.82-1.05x by degree), which the mean-row bound leaves in order; the
+#: predicted gain must exceed that cost.  Where rows come by increasing length, the blocks of
+#: short rows run first already and the map only costs (0.84-0.93x measured).  Measured
+#: (BENCHMARKS.md "HP-SpMM's blocks in the order of their predicted cost"; 5 shared and 4
+#: held-out synthetic graphs of short rows, own ids and rows by length both ways, more than a
+#: wave): the 32 picks ran 1.118x as fast as A's order (geomean; worst 0.89x, wiki-vote
+#: directed by degree), where the earlier rule on how unevenly row ends spread took 31 at
+#: 1.054x (worst 0.84x).  The mean-row bound was read off the measured graphs.
+SHUFFLE_MIN_GAIN, SHUFFLE_MIN_MEAN_ROW = 1.2, 8
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
 #: (WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
@@ -320,29 +333,52 @@ def zeroed_single(empty_rows_per_group):
     return empty_rows_per_group > MAX_ZEROED_ROWS
 
 
-def scatter_blocks(A, block_nnz, gathered_bytes, single=False):
-    """Whether HP-SpMM takes its blocks' chunks of nonzeros in a scattered order
-    (:func:`coprime_stride`): where the ids sort rows by length (hubs first, as degree-ranked
-    dumps number them: :func:`numbasparse.preprocess.rows.row_end_spread` at SCATTER_MIN_SPREAD
-    or more, over runs of a wave of blocks or half of them), blocks in order run a phase of long
-    rows, bound by gathers and atomics, then one of short rows, bound by their row ends'
-    latency; scattered, every wave mixes both.  Only where the blocks fill more than a wave,
-    and where the gathered operand (``gathered_bytes``: one column tile of B), which scattered
-    blocks in flight read all over, takes at most WINDOW_L2_SHARE of L2: past it the order's
-    own locality is what keeps B rows in L2 (measured: a degree-ranked graph whose tile took
-    98% of L2 ran 2.5% slower scattered).  The ``single`` launch scatters only on graphs of long
-    rows (not :func:`short_rows`: there it runs for a 16-bit C, and its phases are those of the
-    filled launch; on short rows every block is bound by row ends, whatever its place) and only
-    where no row spans more than SCATTER_MAX_SPAN blocks after its first: scattered, a row's
-    finishing block is the one of its blocks that starts last, near the end of the grid, and
-    its look-back (one L2 round trip per part) is no longer hidden behind other blocks' work."""
+def order_blocks(A, block_nnz, gathered_bytes, single=False):
+    """The order in which HP-SpMM's blocks take their chunks of ``block_nnz`` nonzeros (one of
+    BLOCK_ORDERS): the one of lowest predicted grid time (:func:`predicted_time`), where it is
+    ORDER_MIN_GAIN times below A's own order's.  Reversed (the filled launch only): a graph
+    numbered by degree, hubs first, runs its blocks of short rows first.  Scattered
+    (:func:`coprime_stride`): every wave mixes long and short rows; only where the blocks fill
+    more than a wave and the gathered operand (``gathered_bytes``: one column tile of B), which
+    scattered blocks in flight read all over, takes at most WINDOW_L2_SHARE of L2 (past it the
+    order's own locality is what keeps B rows in L2: a degree-ranked graph whose tile took 98% of
+    L2 ran 2.5% slower scattered; reversed blocks keep their neighbours).  The ``single`` launch
+    takes only the scattered order, only on graphs of long rows (not :func:`short_rows`: there it
+    runs for a 16-bit C, and short rows take :func:`shuffle_rows` instead) and only where no row
+    spans more than SCATTER_MAX_SPAN blocks after its first: out of order, a row's finishing block
+    is the one of its blocks that starts last, near the end of the grid, and its look-back (one
+    L2 round trip per part) is no longer hidden behind other blocks' work."""
     wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
-    if blocks <= wave or gathered_bytes > WINDOW_L2_SHARE * device.memory_system()[0]:
-        return False  # (one wave: every block is resident at once anyway)
-    if single and (short_rows(A.nnz, pattern_fact(A, "nonempty_rows"))
-                   or pattern_fact(A, "crossing_span", block_nnz) > SCATTER_MAX_SPAN):
-        return False
-    return pattern_fact(A, "row_end_spread", block_nnz, min(wave, blocks // 2)) >= SCATTER_MIN_SPREAD
+    orders = [] if single else ["reversed"]
+    if (blocks > wave and gathered_bytes <= WINDOW_L2_SHARE * device.memory_system()[0]
+            and not (single and (short_rows(A.nnz, pattern_fact(A, "nonempty_rows"))
+                                 or pattern_fact(A, "crossing_span", block_nnz) > SCATTER_MAX_SPAN))):
+        orders.append("scattered")
+    if not orders or blocks < 3:
+        return "in_order"
+    best = min(orders, key=lambda order: predicted_time(A, block_nnz, order))
+    own = predicted_time(A, block_nnz, "in_order")
+    return best if own >= ORDER_MIN_GAIN * predicted_time(A, block_nnz, best) else "in_order"
+
+
+def predicted_time(A, block_nnz, order, mixed=False):
+    """The grid time :func:`numbasparse.preprocess.rows.grid_time` predicts for HP-SpMM's blocks
+    of ``block_nnz`` nonzeros taking their chunks in ``order`` over a wave (:func:`full_wave`),
+    on A's rows or (``mixed``) on the same rows in a random order."""
+    stride = order_stride(cdiv(A.nnz, block_nnz), order)
+    return pattern_fact(A, "grid_time", block_nnz, full_wave(), stride, ROW_END_COST, mixed)
+
+
+def order_stride(blocks, order):
+    """The stride by which block b of a grid of ``blocks`` takes chunk ``b * stride % blocks`` in
+    ``order``: 1 in order; ``blocks - 1`` reversed (block 0 keeps chunk 0, block b > 0 takes chunk
+    ``blocks - b``: a multiplication, so the kernel's look-back finds a row's last-starting block
+    as for any stride); :func:`coprime_stride` scattered."""
+    if order not in BLOCK_ORDERS:
+        raise ValueError(f"block_order must be one of {', '.join(BLOCK_ORDERS)}, got {order!r}")
+    if order == "in_order" or blocks < 3:
+        return 1
+    return blocks - 1 if order == "reversed" else coprime_stride(blocks)
 
 
 def coprime_stride(blocks):
@@ -360,17 +396,16 @@ def shuffle_rows(A, single, lanes, block_nnz, gathered_bytes):
     """Whether HP-SpMM's single launch takes A's rows in a seeded random order
     (:func:`numbasparse.preprocess.rows.shuffled_rows`: the kernel reads each entry through a
     map and stores each row to its own place in C): on graphs of short rows, SHUFFLE_MIN_MEAN_ROW
-    entries or more on average, whose ids sort rows by length
-    (:func:`numbasparse.preprocess.rows.row_end_spread` at SHUFFLE_MIN_SPREAD or more over runs
-    of a wave of blocks, as degree-ranked dumps number them).  There the lane groups in order run
-    a phase of hub rows, then one of rows of a few entries, and lose up to 1.4x to the same rows
-    in random order; scattering whole blocks does not recover it on short rows
-    (:func:`scatter_blocks`).  The map costs a load per chunk of entries and per row end, so rows
-    of a few entries keep their order.  Only where a group is a whole warp (narrower groups share
+    entries or more on average, where the predicted grid time of rows in a random order
+    (:func:`predicted_time`) is SHUFFLE_MIN_GAIN times below A's order's: as where degree-ranked
+    dumps number hubs first, so that the blocks of rows of a few entries run last and the grid
+    waits on them (up to 1.4x slower than the same rows in random order; scattering whole blocks
+    does not recover it on short rows).  The map costs a load per chunk of entries and per row
+    end, so rows of a few entries keep their order.  Only where a group is a whole warp (narrower groups share
     a warp and wait for each other at every row end, which shuffled rows make unequal), where the
     grid fills more than a wave, where the gathered operand (``gathered_bytes``: one column tile
     of B) takes at most WINDOW_L2_SHARE of L2 (shuffled rows in flight read all of it: past that
-    the ids' own order is what keeps B rows in L2, as for :func:`scatter_blocks`), and for fewer
+    the ids' own order is what keeps B rows in L2, as for :func:`order_blocks`), and for fewer
     than 2**31 entries and rows (a 32-bit map)."""
     wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
     if (not single or lanes != WARP or blocks <= wave or not row_map_fits(A)
@@ -379,7 +414,8 @@ def shuffle_rows(A, single, lanes, block_nnz, gathered_bytes):
     mean = mean_row(A.nnz, pattern_fact(A, "nonempty_rows"))
     if not SHUFFLE_MIN_MEAN_ROW <= mean < SINGLE_MAX_MEAN_ROW:
         return False
-    return pattern_fact(A, "row_end_spread", block_nnz, min(wave, blocks // 2)) >= SHUFFLE_MIN_SPREAD
+    own = predicted_time(A, block_nnz, "in_order")
+    return own >= SHUFFLE_MIN_GAIN * predicted_time(A, block_nnz, "in_order", mixed=True)
 
 
 def row_map_fits(A):
@@ -721,9 +757,10 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     block, not per group).
 
     Block b's groups are those of chunk ``b * order_stride % gridDim.x`` of the nonzeros: in
-    order for a stride of 1, scattered for a stride coprime to the grid (:func:`scatter_blocks`);
+    order for a stride of 1, reversed or scattered for another stride coprime to the grid
+    (:func:`order_blocks`);
     ``order_inverse`` is the stride's inverse modulo the grid (chunk to block, for the
-    look-back).  ``scattered`` (single launch only): compiled for a scattered order; the single
+    look-back).  ``scattered`` (single launch only): compiled for a stride other than 1; the single
     launch in order ignores both arguments (its look-back's search would cost registers).
 
     ``out_dtype``: C's value format where it differs from A's and B's (float32 results of
@@ -946,7 +983,8 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
 # SpMM plan and launch ------------------------------------------------------------------------
 
 HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows single fill_rows unused_scratch depth "
-                                           "layout order_stride order_inverse zeroed shuffled indptr remap")
+                                           "layout block_order order_stride order_inverse zeroed shuffled indptr "
+                                           "remap")
 
 
 def pattern_fact(A, name, *args, shuffled=False):
@@ -1011,7 +1049,7 @@ def spmm_layout(A, n_cols, itemsize, B, *, stored=(), lanes=None):
     return lanes, vec, cf, gather_depth(A.nnz, pattern_fact(A, "nonempty_rows"), vec * cf, itemsize, lanes)
 
 
-def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False, scattered=None,
+def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False, block_order=None,
                zeroed=None, shuffled=None):
     """The launch plan of HP-SpMM for A (the layout, DTP, single-launch, row-order and
     block-order rules, or the given overrides)."""
@@ -1051,12 +1089,12 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     if zeroed is None:  # (only the single launch zeroes empty rows itself)
         zeroed = single and zeroed_single(pattern_fact(A, "empty_rows_per_group", nnz_per_group, shuffled=shuffled))
     zeroed = single and bool(zeroed)
-    if scattered is None:
-        scattered = not shuffled and scatter_blocks(A, block_groups * nnz_per_group, tile_bytes, single)
-    stride = coprime_stride(grid[0]) if scattered else 1
+    if block_order is None:  # (shuffled rows are in no order to correct)
+        block_order = "in_order" if shuffled else order_blocks(A, block_groups * nnz_per_group, tile_bytes, single)
+    stride = order_stride(grid[0], block_order)
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, single,
-                            None if out_fmt == fmt else out_fmt, accumulate, bool(single and scattered), zeroed,
-                            shuffled)
+                            None if out_fmt == fmt else out_fmt, accumulate, single and block_order != "in_order",
+                            zeroed, shuffled)
     fill_rows = None
     if not single and merges_in_block(code):
         fill_rows = pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
@@ -1065,7 +1103,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     unused = None if single else cuda.device_array(1, np.uint64)
     indptr, remap = shuffled_rows(A) if shuffled else (A.indptr, cuda.device_array(1, np.int32))
     return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group, shuffled=shuffled),
-                  single, fill_rows, unused, depth, (lanes, vec, cf), stride,
+                  single, fill_rows, unused, depth, (lanes, vec, cf), block_order, stride,
                   pow(stride, -1, grid[0]) if stride > 1 else 1, zeroed, shuffled, indptr, remap)
 
 
@@ -1086,7 +1124,7 @@ def _scratch(A, key, plan, n, dtype, stream):
 
 
 def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout=None, depth=None, single=None,
-            accumulate=False, values=None, scattered=None, zeroed=None, shuffled=None):
+            accumulate=False, values=None, block_order=None, zeroed=None, shuffled=None):
     """Launch HP-SpMM on a device :class:`CSR` A and device arrays B, C.  In its single launch
     (:func:`single_launch`, graphs of short rows) the kernel alone writes all of C; otherwise C
     is filled with the reduction's identity first (sum and mean: a memset; max and min: only the
@@ -1095,7 +1133,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
 
     Overrides of the rules, for tools and tests: ``nnz_per_group`` (DTP), ``lanes`` (group
     size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode),
-    ``scattered`` (block order, :func:`scatter_blocks`), ``zeroed`` (the single launch after a
+    ``block_order`` (one of BLOCK_ORDERS, :func:`order_blocks`), ``zeroed`` (the single launch after a
     memset of C, :func:`zeroed_single`), ``shuffled`` (the single launch on the rows in a random
     order, :func:`shuffle_rows`; True implies ``single=True``, and ``single=False`` with it is a
     ValueError).
@@ -1128,7 +1166,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     if rounded:
         handle, C = workspace(A, code, n, stream)
     key = ("spmm_hp", code, n, A.dtype.name, C.dtype.str, launch.alignment(B), launch.alignment(C), nnz_per_group,
-           lanes, layout, depth, single, accumulate, scattered, zeroed, shuffled)
+           lanes, layout, depth, single, accumulate, block_order, zeroed, shuffled)
     if values is not None:
         if values.shape != A.data.shape or values.dtype != A.data.dtype:
             raise ValueError(f"values must be {A.data.shape} of {A.data.dtype}, got {values.shape} of {values.dtype}")
@@ -1136,7 +1174,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     else:
         bound_key, variable, values = key, (4, 5), A.data
     plan = A.cache.get_or_build("plans", key, lambda: _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout,
-                                                                 depth, single, accumulate, scattered, zeroed,
+                                                                 depth, single, accumulate, block_order, zeroed,
                                                                  shuffled))
     if plan.single:
         handle, parts = _scratch(A, key, plan, n, A.dtype, stream)
@@ -1280,13 +1318,14 @@ def precompile_variants(A, B, X, reduce):
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # auto writes a 16-bit C by the single launch
-            spmm_hp(A, B, C, reduce, depth=depth, single=single, scattered=False, zeroed=False, shuffled=False)
+            spmm_hp(A, B, C, reduce, depth=depth, single=single, block_order="in_order", zeroed=False,
+                    shuffled=False)
         if lanes == WARP and depth == gather_depth(1, 1, vec * cf, C.dtype.itemsize, lanes):  # whole warps' depth
-            spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=False, zeroed=False, shuffled=True)
-        if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`scatter_blocks`),
+            spmm_hp(A, B, C, reduce, depth=depth, single=True, block_order="in_order", zeroed=False, shuffled=True)
+        if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`order_blocks`),
             # and runs after a memset of C on graphs of long runs of empty rows (:func:`zeroed_single`)
-            for scattered, zeroed in ((True, False), (False, True), (True, True)):
-                spmm_hp(A, B, C, reduce, depth=depth, single=True, scattered=scattered, zeroed=zeroed,
+            for order, zeroed in (("scattered", False), ("in_order", True), ("scattered", True)):
+                spmm_hp(A, B, C, reduce, depth=depth, single=True, block_order=order, zeroed=zeroed,
                         shuffled=False)
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):

@@ -54,26 +54,28 @@ def empty_rows_per_group(indptr, nnz_per_group):
     return int(np.bincount(owner).max()) if owner.size else 0
 
 
-def row_end_spread(indptr, block_nnz, window):
-    """How unevenly row ends fall along the nonzeros: the rows ending in each block of
-    ``block_nnz`` nonzeros, averaged over runs of ``window`` consecutive blocks (the blocks a
-    GPU runs at once; the last run may be shorter), as the mean absolute deviation of those
-    averages from the overall mean, each run weighted by its blocks, relative to that mean.
-    About 0 where long and short rows are mixed along the ids; 0.6-1.1 where the ids sort rows
-    by length (hubs first); 0 for fewer than two full runs."""
+def grid_time(indptr, block_nnz, slots, stride, row_end_cost, mixed=False):
+    """The predicted time of a grid whose block b runs chunk ``b * stride % blocks`` of
+    ``block_nnz`` nonzeros on ``slots`` block slots (the GPU's blocks at once), in units of one
+    entry's work: each chunk costs its entries plus ``row_end_cost`` per row ending in it, and a
+    block starts, at the latest, when the work dispatched before it, spread over the slots, is
+    done (the greedy list-scheduling bound).  So it is the larger of the mean load and the most
+    any block finishes after that start: where costly chunks run last, the grid waits on them.
+    ``mixed``: every chunk at the mean cost, as for the same rows in a random order (the
+    expected time of such an order; one draw's last chunk would make the estimate noisy)."""
     indptr = np.asarray(indptr, np.int64)
     nnz = int(indptr[-1])
-    blocks = _cdiv(nnz, block_nnz)
-    runs = blocks // window if window > 0 else 0
-    if runs < 2:
+    if nnz == 0:
         return 0.0
+    blocks = _cdiv(nnz, block_nnz)
     ends = indptr[1:][indptr[1:] > indptr[:-1]] - 1  # the last entry of each non-empty row
-    per_block = np.bincount(ends // block_nnz, minlength=blocks).astype(np.float64)
-    starts = np.arange(0, blocks, window)
-    sizes = np.diff(np.append(starts, blocks))  # (the last run may be partial: weighted by its blocks)
-    means = np.add.reduceat(per_block, starts) / sizes
-    overall = per_block.mean()
-    return float(np.average(np.abs(means - overall), weights=sizes) / overall)
+    cost = np.bincount(ends // block_nnz, minlength=blocks) * float(row_end_cost)
+    cost += np.minimum(block_nnz, nnz - np.arange(blocks, dtype=np.int64) * block_nnz)
+    if mixed:
+        cost[:] = cost.mean()
+    run = cost[np.arange(blocks, dtype=np.int64) * stride % blocks]  # in the blocks' order
+    before = np.cumsum(run) - run
+    return float(max((before / slots + run).max(), run.sum() / slots))
 
 
 def longest_empty_run(indptr):

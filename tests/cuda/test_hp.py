@@ -446,10 +446,11 @@ def test_single_launch_writes_all_of_c_in_one_kernel_call_after_call(reduce, dty
     assert not parts.copy_to_host().any()
 
 
+@pytest.mark.parametrize("order", ["scattered", "reversed"])
 @pytest.mark.parametrize("single,zeroed", [(False, None), (True, False), (True, True)])
 @pytest.mark.parametrize("reduce", REDUCTIONS)
-def test_scattered_block_order_gives_the_same_product(reduce, single, zeroed):
-    """Blocks taking their chunks in a scattered order (either launch, the single one with or
+def test_blocks_out_of_order_give_the_same_product(reduce, single, zeroed, order):
+    """Blocks taking their chunks scattered or reversed (either launch, the single one with or
     without a memset before it): rows split across groups, blocks and merges come out as in
     order, empty rows too; in the single launch a row crossing blocks is finished by whichever
     of its blocks starts last."""
@@ -460,10 +461,11 @@ def test_scattered_block_order_gives_the_same_product(reduce, single, zeroed):
     B = random_dense(rng, (140, 32), np.float32)
     dev = CSR.from_scipy(A, dtype=np.float32)
     C = cuda.to_device(np.full((len(lengths), 32), np.nan, np.float32))
-    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=single, scattered=True,
+    hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=single, block_order=order,
                zeroed=zeroed)
     plan = _only_plan(dev)
-    assert plan.order_stride > 1 and plan.single == single and plan.zeroed == bool(zeroed)
+    assert plan.single == single and plan.zeroed == bool(zeroed) and plan.block_order == order
+    assert plan.order_stride == (plan.grid[0] - 1 if order == "reversed" else hp.coprime_stride(plan.grid[0]))
     assert plan.order_stride * plan.order_inverse % plan.grid[0] == 1
     assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
     if single:  # the look-back left its scratch clear for the next call
@@ -549,11 +551,11 @@ def test_shuffled_rows_take_the_single_launch_only():
 
 
 def test_rows_shuffle_where_short_rows_are_sorted_by_length_in_whole_warps_and_b_is_small(monkeypatch):
-    """A graph of short rows (11 on average) whose ids put its long rows first takes the single
+    """A graph of short rows (8.9 on average) whose ids put its long rows first takes the single
     launch on shuffled rows at N = 128 (groups of a whole warp); not at N = 32 (narrow groups),
-    not in the filled launch, not in random order, not on rows of 3, not with a tile of B past a
-    third of L2, not in one wave of blocks, and not on long rows (those scatter their blocks)."""
-    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 32)  # (runs of 32 blocks)
+    not in the filled launch, not in random order, not with long rows last, not on rows of 3, not
+    with a tile of B past a third of L2, not in one wave of blocks, and not on long rows."""
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 800)  # (1.4 waves)
     monkeypatch.setattr(device, "memory_system", lambda: (2 << 20, 3.35e12))
     rng = np.random.default_rng(0)
 
@@ -567,13 +569,14 @@ def test_rows_shuffle_where_short_rows_are_sorted_by_length_in_whole_warps_and_b
         B, C = cuda.device_array((A.shape[1], n), np.float32), cuda.device_array((A.shape[0], n), np.float32)
         return hp._spmm_plan(dev, 0, n, B, C, 4, None, None, None, single)
 
-    lengths = np.concatenate([np.full(80, 120), np.full(1600, 6)])  # hubs first, mean row 11.4
+    lengths = np.concatenate([np.full(1000, 16), np.full(1000, 2)])  # long rows first, mean row 8.9
     sorted_rows = matrix(lengths, np.arange(lengths.size))
     taken = plan(sorted_rows)
     assert taken.single and taken.shuffled and taken.order_stride == 1
     assert not plan(sorted_rows, n=32).shuffled  # groups of 8 lanes
     assert not plan(sorted_rows, single=False).shuffled
     assert not plan(matrix(lengths, rng.permutation(lengths.size))).shuffled
+    assert not plan(matrix(lengths, np.arange(lengths.size)[::-1])).shuffled  # short rows run first
     short = np.concatenate([np.full(20, 60), np.full(1600, 3)])  # mean row 3.7: the map costs more
     assert not plan(matrix(short, np.arange(short.size))).shuffled
     monkeypatch.setattr(hp, "SINGLE_MAX_MEAN_ROW", 5)  # the same rows as long ones
@@ -584,8 +587,8 @@ def test_rows_shuffle_where_short_rows_are_sorted_by_length_in_whole_warps_and_b
     monkeypatch.setattr(device, "memory_system", lambda: (2 << 20, 3.35e12))
     # where the shuffled rows break a limit of the single launch that A's own keep (hp.single_launch
     # on the shuffled rows), A's order stays:
-    gaps = matrix(np.concatenate([np.full(80, 120), np.tile(np.r_[6, np.zeros(10, int)], 1600)]),  # runs of
-                  np.arange(80 + 11 * 1600))  # empty rows that, shuffled, a group would zero one by one
+    gaps = matrix(np.concatenate([np.full(1000, 16), np.tile(np.r_[2, np.zeros(10, int)], 1000)]),  # runs of
+                  np.arange(1000 + 11 * 1000))  # empty rows that, shuffled, a group would zero one by one
     assert row_prep.empty_rows_per_group(gaps.indptr, 4) <= hp.MAX_ZEROED_ROWS
     assert row_prep.empty_rows_per_group(row_prep.shuffled_rows(gaps.indptr)[0], 4) > hp.MAX_ZEROED_ROWS
     own = plan(gaps)
@@ -604,12 +607,12 @@ def test_scattered_single_launch_of_16_bit_values_and_int64_indices_over_column_
     dense = rows_of(rng, lengths, 140)
     A = sp.csr_matrix(dense)
     if case == "bfloat16":
-        dev = _assert_bfloat16_single_launch(rng, A, nnz_per_group=2, scattered=True)
+        dev = _assert_bfloat16_single_launch(rng, A, nnz_per_group=2, block_order="scattered")
     else:
         B = random_dense(rng, (140, 72), np.float64)
         dev = CSR.from_scipy(A, dtype=np.float64, index_dtype=np.int64)
         C = cuda.to_device(np.full((len(lengths), 72), np.nan))
-        hp.spmm_hp(dev, cuda.to_device(B), C, "sum", nnz_per_group=2, lanes=8, single=True, scattered=True)
+        hp.spmm_hp(dev, cuda.to_device(B), C, "sum", nnz_per_group=2, lanes=8, single=True, block_order="scattered")
         assert_close(C.copy_to_host(), spmm_reference(A, B, "sum"), np.float64, spmm_scale(A, B, "sum"))
     plan = _only_plan(dev)
     assert plan.single and plan.order_stride > 1 and plan.grid[1] >= 2  # several column tiles
@@ -635,11 +638,11 @@ def test_the_stride_is_what_orders_the_blocks():
                    plan.group_rows, B, C, plan.nnz_per_group, parts, order, inverse, plan.remap)
         return np.abs(C.copy_to_host() - expected).max()
 
-    def plan(single, scattered):
+    def plan(single, order):
         C = cuda.device_array((40, 8), np.float32)
-        return hp._spmm_plan(dev, 0, 8, B, C, 2, 8, None, None, single, False, scattered)
+        return hp._spmm_plan(dev, 0, 8, B, C, 2, 8, None, None, single, False, order)
 
-    filled, single, scattered = plan(False, False), plan(True, False), plan(True, True)
+    filled, single, scattered = plan(False, "in_order"), plan(True, "in_order"), plan(True, "scattered")
     blocks = filled.grid[0]
     stride = hp.coprime_stride(blocks)
     assert stride > 1 and scattered.order_stride == stride and single.order_stride == 1
@@ -664,7 +667,7 @@ def test_a_wrong_finishing_block_fails_on_the_simulator_instead_of_hanging():
     dev = CSR.from_scipy(sp.csr_matrix(dense), dtype=np.float32)
     B = cuda.to_device(random_dense(rng, (140, 8), np.float32))
     C = cuda.to_device(np.zeros((len(lengths), 8), np.float32))
-    plan = hp._spmm_plan(dev, 0, 8, B, C, 2, 8, None, None, True, False, True)
+    plan = hp._spmm_plan(dev, 0, 8, B, C, 2, 8, None, None, True, False, "scattered")
     parts = cuda.to_device(np.zeros(flagged_words(2 * plan.grid[0] * 8, 4), np.uint64))
     with pytest.raises(RuntimeError, match="look-back"):
         launch.run(plan.kernel, plan.grid, hp.WARPS_PER_BLOCK * 32, 0, dev.indptr, dev.indices, dev.data,
@@ -680,14 +683,16 @@ def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
             assert blocks / 4 < abs(int(order[1]) - int(order[0])) < 3 * blocks / 4
 
 
-def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_takes_little_of_l2(monkeypatch):
-    """A graph whose ids put its long rows first takes a scattered order in either launch (the
-    single launch only on long rows that span few blocks); the same rows shuffled, a tile of B
-    past a third of L2 and one wave of blocks do not."""
-    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 4)
+def test_blocks_take_the_order_of_least_predicted_time(monkeypatch):
+    """A graph whose ids put its long rows first runs its blocks reversed in the filled launch
+    (the blocks of short rows, which cost more, first); the same rows by increasing length or
+    shuffled keep their order, and in one wave every order takes as long.  Of the other orders
+    the single launch takes only the scattered one, only on long rows that span few blocks and
+    with a tile of B within a third of L2, which the filled launch needs only to scatter."""
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 32)
     monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
     rng = np.random.default_rng(0)
-    lengths = np.concatenate([np.full(40, 60), np.full(600, 4)])  # hubs first
+    lengths = np.concatenate([np.full(40, 60), np.full(600, 4)])  # hubs first: 75 blocks of 64 entries
     def matrix(order):
         rows = np.repeat(np.arange(lengths.size), lengths[order])
         cols = rng.integers(0, lengths.size, rows.size)
@@ -696,21 +701,39 @@ def test_blocks_scatter_where_rows_are_sorted_by_length_and_b_takes_little_of_l2
         dev = CSR.from_scipy(A, dtype=np.float32)
         B, C = cuda.device_array((A.shape[1], n), np.float32), cuda.device_array((A.shape[0], n), np.float32)
         return hp._spmm_plan(dev, 0, n, B, C, 4, None, None, None, single)
-    sorted_rows, shuffled = matrix(np.arange(lengths.size)), matrix(rng.permutation(lengths.size))
-    assert plan(sorted_rows).order_stride > 1
-    assert plan(shuffled).order_stride == 1
-    assert plan(sorted_rows, single=True).order_stride == 1  # short rows (mean 7.5): in order
+    hubs_first = matrix(np.arange(lengths.size))
+    assert plan(hubs_first).block_order == "reversed"
+    assert plan(hubs_first).order_stride == plan(hubs_first).grid[0] - 1
+    assert plan(matrix(np.arange(lengths.size)[::-1])).block_order == "in_order"  # hubs last
+    assert plan(matrix(rng.permutation(lengths.size))).block_order == "in_order"
+    assert plan(hubs_first, single=True).block_order == "in_order"  # short rows (mean 7.5)
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
+    assert plan(hubs_first).block_order == "in_order"
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 32)
+    times = {"in_order": 2.0, "reversed": 1.0, "scattered": 1.5}  # (the rule's logic, not the model)
+    monkeypatch.setattr(hp, "predicted_time", lambda A, block_nnz, order, shuffled=False: times[order])
     monkeypatch.setattr(hp, "SINGLE_MAX_MEAN_ROW", 5)  # the same rows as long ones: the single launch scatters
-    assert plan(sorted_rows, single=True).order_stride > 1
+    assert plan(hubs_first, single=True).block_order == "scattered"
     span_cap = hp.SCATTER_MAX_SPAN
     monkeypatch.setattr(hp, "SCATTER_MAX_SPAN", 0)  # rows crossing blocks: a scattered look-back at the end
-    assert plan(sorted_rows, single=True).order_stride == 1
-    assert plan(sorted_rows).order_stride > 1
+    assert plan(hubs_first, single=True).block_order == "in_order"
     monkeypatch.setattr(hp, "SCATTER_MAX_SPAN", span_cap)
-    monkeypatch.setattr(device, "memory_system", lambda: (200 << 10, 3.35e12))
-    assert plan(sorted_rows).order_stride == 1  # one tile of B, 640 rows x 128 bytes: past a third of L2
-    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
-    assert plan(sorted_rows).order_stride == 1
+    times["reversed"] = 3.0
+    assert plan(hubs_first).block_order == "scattered"
+    monkeypatch.setattr(device, "memory_system", lambda: (200 << 10, 3.35e12))  # one tile of B, 640 rows
+    assert plan(hubs_first, single=True).block_order == "in_order"  # x 128 bytes: past a third of L2
+    assert plan(hubs_first).block_order == "in_order"
+    times["reversed"] = 1.0
+    assert plan(hubs_first).block_order == "reversed"  # (neighbours stay neighbours)
+    times["reversed"] = 1.95  # within ORDER_MIN_GAIN of A's order
+    assert plan(hubs_first).block_order == "in_order"
+
+
+def test_an_unknown_block_order_is_refused():
+    A = sp.random(30, 30, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    B, C = cuda.device_array((30, 8), np.float32), cuda.device_array((30, 8), np.float32)
+    with pytest.raises(ValueError, match="block_order"):
+        hp.spmm_hp(CSR.from_scipy(A), B, C, "sum", block_order="backwards")
 
 
 def test_single_launch_rule_takes_short_rows_short_spans_and_few_empty_rows_per_group():

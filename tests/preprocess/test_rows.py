@@ -75,15 +75,25 @@ def test_median_column_distance_is_small_on_a_band_and_large_on_random_columns()
     assert rows.median_column_distance(band.indptr, [], []) == 0.0
 
 
-def test_row_end_spread_is_near_zero_for_mixed_rows_and_large_for_rows_by_length():
+def test_grid_time_is_longest_where_the_costly_chunks_run_last():
     rng = np.random.default_rng(0)
-    lengths = np.concatenate([np.full(800, 64), np.full(25600, 2)])  # hubs, then short rows: 1600 blocks
-    by_length = np.concatenate(([0], np.cumsum(lengths)))
+    lengths = np.concatenate([np.full(3200, 16), np.full(51200, 1)])  # hubs, then single entries: 1600 blocks
+    hubs_first = np.concatenate(([0], np.cumsum(lengths)))
+    hubs_last = np.concatenate(([0], np.cumsum(lengths[::-1])))
     mixed = np.concatenate(([0], np.cumsum(rng.permutation(lengths))))
-    assert rows.row_end_spread(by_length, 64, 64) > 0.8
-    assert rows.row_end_spread(mixed, 64, 64) < 0.1
-    assert rows.row_end_spread(by_length, 64, 1600) == 0.0  # fewer than two runs of blocks
-    assert rows.row_end_spread(np.array([0, 0, 0]), 64, 1) == 0.0  # no entries
+    blocks = 1600
+
+    def time(indptr, stride=1):
+        return rows.grid_time(indptr, 64, 1000, stride, 2)
+    # a chunk of hubs costs 64 + 2 x 4, one of single entries 64 + 2 x 64: the costly ones run
+    # last in hub order, and the grid waits on them
+    assert time(hubs_first) > 1.1 * time(hubs_last)
+    assert time(hubs_first, blocks - 1) < 0.9 * time(hubs_first)  # blocks reversed: short rows first
+    assert time(mixed) < time(hubs_first)
+    assert time(hubs_first, 989) <= time(hubs_first)  # a coprime stride: costly chunks in every wave, the last too
+    assert time(mixed) >= 800 * (72 + 192) / 1000  # never below the mean load
+    assert 192 <= rows.grid_time(hubs_first, 64, 10 ** 6, 1, 2) < 193  # every block at once: the costliest
+    assert rows.grid_time(np.array([0, 0, 0]), 64, 10, 1, 2) == 0.0  # no entries
 
 
 def test_shuffled_rows_reorder_rows_and_map_entries_and_rows_back():

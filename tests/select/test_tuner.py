@@ -178,23 +178,24 @@ def test_hp_is_also_tried_with_the_narrow_tiles_where_the_rule_takes_wide_ones(m
     assert {dict(c.params).get("depth") for c in ranked if c.family == "hp"} <= {None, 1}  # depth 2 would spill
 
 
-def test_hp_is_also_tried_in_the_other_block_order(monkeypatch):
+def test_hp_is_also_tried_in_the_other_block_orders(monkeypatch):
     from numbasparse import CSR
     from numbasparse.cuda import hp
 
     _, dev = _graph()
-    scattered = tuner.Candidate.of("hp", single=False, scattered=True)
-    assert scattered in tuner.candidates(dev, "spmm", 40, np.float32, device=H100)  # the rule: blocks in order
+    filled = {order: tuner.Candidate.of("hp", single=False, block_order=order) for order in hp.BLOCK_ORDERS}
+    ranked = tuner.candidates(dev, "spmm", 40, np.float32, device=H100)  # the rule: blocks in order
+    assert filled["scattered"] in ranked and filled["reversed"] in ranked
     half = tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100)
-    assert {c for c in half if dict(c.params).get("scattered") is not None} == {  # a 16-bit C: the filled
-        tuner.Candidate.of("hp", single=True, scattered=True, shuffled=False),  # launch through a float32
-        tuner.Candidate.of("hp", single=False, scattered=True)}  # workspace; A's own rows
+    assert {c for c in half if dict(c.params).get("block_order") is not None} == {  # a 16-bit C: the filled
+        tuner.Candidate.of("hp", single=True, block_order="scattered", shuffled=False),  # launch through a
+        filled["scattered"], filled["reversed"]}  # float32 workspace; A's own rows
     monkeypatch.setattr(hp, "single_launch", lambda *args: False)
-    monkeypatch.setattr(hp, "scatter_blocks", lambda *args: True)  # the rule: the filled launch, scattered
+    monkeypatch.setattr(hp, "order_blocks", lambda *args: "reversed")  # the rule: the filled launch, reversed
     dev = CSR.from_scipy(sp.random(300, 200, density=0.05, format="csr", random_state=1, dtype=np.float32))
-    ranked = tuner.candidates(dev, "spmm", 40, np.float32, device=H100)  # (enough blocks to scatter)
-    assert tuner.Candidate.of("hp", single=False, scattered=False) in ranked
-    assert scattered not in ranked
+    ranked = tuner.candidates(dev, "spmm", 40, np.float32, device=H100)
+    assert filled["in_order"] in ranked and filled["scattered"] in ranked
+    assert filled["reversed"] not in ranked
 
 
 def test_hp_is_also_tried_on_the_other_row_order_in_the_single_launch(monkeypatch):
