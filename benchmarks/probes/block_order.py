@@ -9,10 +9,11 @@ kernel time by CUPTI beside the slab kernel and cuSPARSE, each result checked ag
     python benchmarks/probes/block_order.py FOLDER --n 128 --dtype bfloat16 --copies deg > OUT.jsonl
 
 A graph of FOLDER runs in its own order and, per ``--copies``, with its rows by decreasing
-length (``deg``) or increasing length (``asc``), that order with N% of its positions shuffled among themselves (``mixN``) or
-its rows shuffled (``shuf``), B unchanged.  ``--dtype bfloat16``: 16-bit operands (the single
-launch only; cuSPARSE in bfloat16 too, errors checked to 1e-2).  ``--reversed``: also HP's blocks
-in reverse order (heaviest chunks first where rows end more densely towards the end).  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree
+length (``deg``) or increasing length (``asc``), that order with N% of its positions shuffled
+among themselves (``mixN``) or its rows shuffled (``shuf``), B unchanged.  ``--dtype bfloat16``:
+16-bit operands (the single launch only; cuSPARSE in bfloat16 too, errors checked to 1e-2).
+``--reversed``: also HP's blocks in reverse order (the costliest chunks first where rows end
+more densely towards the end).  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree
 (by decreasing row length, for the columns too: the two differ on directed graphs).
 One JSON line per case: the kernel times (µs), the plan's launch mode, block order, DTP and
 blocks, and the grid times ``hp.predicted_time`` gives each order (``predicted``; ``mixed``: the
@@ -39,7 +40,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("folder")
 parser.add_argument("--n", default="64,128,256")
 parser.add_argument("--graphs", default="")
-parser.add_argument("--copies", default="deg", help="comma list of deg, mixN (N%% of positions reshuffled)")
+parser.add_argument("--copies", default="deg",
+                    help="comma list of deg, asc, mixN (deg with N%% of positions reshuffled), shuf")
 parser.add_argument("--orders", action="store_true", help="rows or columns shuffled or by degree instead")
 parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
 parser.add_argument("--reversed", action="store_true", help="also the blocks in reverse order")
@@ -125,6 +127,7 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
                                   block_order=plan.block_order, shuffled=plan.shuffled,
                                   nnz_per_group=plan.nnz_per_group, blocks=blocks, predicted=predicted, us=us,
                                   bad=bad)), flush=True)
-            gain = predicted["in_order"] / min(predicted.values())
-            print(f"{name} {label} N={n} predicted gain={gain:.2f} " + " ".join(f"{k}={v:.1f}" for k, v in us.items() if v is not None)
+            gain = predicted["in_order"] / min(predicted.values())  # (over orders the rule may not take)
+            print(f"{name} {label} N={n} predicted gain={gain:.2f} "
+                  + " ".join(f"{k}={v:.1f}" for k, v in us.items() if v is not None)
                   + (f" BAD {bad}" if bad else ""), file=sys.stderr, flush=True)

@@ -39,9 +39,9 @@ def kernel_configs():
                                         f"{reduce} {value}/{index}",
                                         hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, single),
                                         hp_spmm(csr, I, V[:, ::1], V[:, ::1])))
-        for reduce, code in reductions.CODES.items():  # the single launch compiled for a scattered order
+        for reduce, code in reductions.CODES.items():  # the single launch compiled for a stride (scattered)
             for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1), (8, 4, 1, 1)):
-                configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=True scattered "
+                configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=True strided "
                                 f"{reduce} {value}/{index}",
                                 hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, True, None, False, True),
                                 hp_spmm(csr, I, V[:, ::1], V[:, ::1])))
@@ -135,15 +135,15 @@ def kernel_configs():
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True shuffled {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, mapped=True),
                                 hp_spmm(csr, I, H[:, ::1], H[:, ::1])))
-            for lanes, vec, depth in ((32, 4, 4), (32, 8, 4)):  # the single launch in a scattered order
-                configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True scattered {reduce} {fmt}",
+            for lanes, vec, depth in ((32, 4, 4), (32, 8, 4)):  # the single launch compiled for a stride (scattered)
+                configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True strided {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, True),
                                 hp_spmm(csr, I, H[:, ::1], H[:, ::1])))
-            for lanes, vec, depth, scattered in ((8, 4, 1, False), (32, 4, 4, False), (32, 8, 4, False),
+            for lanes, vec, depth, strided in ((8, 4, 1, False), (32, 4, 4, False), (32, 8, 4, False),
                                                  (32, 4, 4, True), (32, 8, 4, True)):  # after a memset of C
-                mode = "single=True scattered zeroed" if scattered else "single=True zeroed"
+                mode = "single=True strided zeroed" if strided else "single=True zeroed"
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} {mode} {reduce} {fmt}",
-                                hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, scattered,
+                                hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, None, False, strided,
                                                   True),
                                 hp_spmm(csr, I, H[:, ::1], H[:, ::1])))
         F = numba.float32

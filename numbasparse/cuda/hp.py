@@ -131,7 +131,8 @@ ROW_END_COST, ORDER_MIN_GAIN = 2, 1.05
 BLOCK_ORDERS = ("in_order", "reversed", "scattered")
 #: The single launch takes another block order only scattered, only on long rows and where no
 #: row spans more than SCATTER_MAX_SPAN blocks after its first (:func:`order_blocks`).
-#: Measured (H200, sum, N = 64..256, kernel time, BENCHMARKS.md "The single launch in a scattered order"): bfloat16 (single launch) on
+#: Measured (H200, sum, N = 64..256, kernel time, BENCHMARKS.md "The single launch in a
+#: scattered order"): bfloat16 (single launch) on
 #: five long-row graphs by degree ran 0.95-1.33x as fast scattered (amazon-photo and fb100
 #: 1.16-1.33x; their spans 2-12 blocks); float32 single launches on short rows by degree
 #: 0.88-1.19x; nell (rows of 4, spans of 35-71 blocks) 0.67-0.98x in any order.  nell is
@@ -151,8 +152,8 @@ SCATTER_MAX_SPAN = 32
 #: (BENCHMARKS.md "HP-SpMM's blocks in the order of their predicted cost"; 5 shared and 4
 #: held-out synthetic graphs of short rows, own ids and rows by length both ways, more than a
 #: wave): the 32 picks ran 1.118x as fast as A's order (geomean; worst 0.89x, wiki-vote
-#: directed by degree), where the earlier rule on how unevenly row ends spread took 31 at
-#: 1.054x (worst 0.84x).  The mean-row bound was read off the measured graphs.
+#: directed by degree, whose hub rows span several chunks, so its chunks stay unequal in any row
+#: order).  The mean-row bound was read off the measured graphs.
 SHUFFLE_MIN_GAIN, SHUFFLE_MIN_MEAN_ROW = 1.2, 8
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
@@ -595,7 +596,7 @@ def _atomic_flush(reduce_code, vec, cf, span, scale_of):
     return flush
 
 
-def _lookback(reduce_code, vec, cf, span, value_bits, flush, scattered):
+def _lookback(reduce_code, vec, cf, span, value_bits, flush, strided):
     """``finish_across_blocks``: a row crossing blocks in the single launch, finished by the
     block of its chunks that starts last (the highest block index; in order, its last chunk's)
     with a decoupled look-back (as single-pass prefix scans do): the row's other blocks publish
@@ -603,10 +604,10 @@ def _lookback(reduce_code, vec, cf, span, value_bits, flush, scattered):
     (:func:`intrinsics.flagged_parts`, no fence or counter needed); the finishing block waits
     for those flags, combines the parts with its own, clears the flags for the next call and
     stores the row.  It waits only on blocks of lower index, which the GPU starts first, so the
-    scattered order (block b runs chunk ``b * order_stride % gridDim.x``) is as safe as the
-    order.  ``scattered``: the kernel is compiled for that order, in which ``order_inverse`` maps
-    a chunk to its block (chunk c runs in block ``c * order_inverse % gridDim.x``); in order the
-    finishing block is the last chunk's."""
+    blocks out of order (block b runs chunk ``b * order_stride % gridDim.x``: reversed or
+    scattered) are as safe as in order.  ``strided``: the kernel is compiled for such a stride,
+    whose ``order_inverse`` maps a chunk to its block (chunk c runs in block
+    ``c * order_inverse % gridDim.x``); in order the finishing block is the last chunk's."""
     publish, take, clear = flagged_parts(value_bits)
     simulated = config.ENABLE_CUDASIM  # blocks run one after another there: a missing part never comes
 
@@ -617,7 +618,7 @@ def _lookback(reduce_code, vec, cf, span, value_bits, flush, scattered):
         grid_x = cuda.gridDim.x
         n = C.shape[1]
         finisher = last
-        if scattered:  # the row's chunk whose block has the highest index
+        if strided:  # the row's chunk whose block has the highest index
             # chunk k + 1 runs in block b + order_inverse (mod the grid) if k runs in block b:
             # stepped from this block (the same search with a 64-bit modulo per chunk cost 18
             # registers more, BENCHMARKS.md "The single launch in a scattered order")
@@ -737,7 +738,7 @@ def _row_walk(width, init, merge, single, zeroes, flush, zero_row, c_row, prefet
 
 @launch.kernel_factory
 def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth, single=False, out_dtype=None,
-                   adds_to_c=False, scattered=False, zeroed=False, mapped=False):
+                   adds_to_c=False, strided=False, zeroed=False, mapped=False):
     """Compile-once factory of the HP-SpMM kernel.
 
     Thread mapping: a warp is ``32 // lanes`` groups of ``lanes`` lanes; group g owns
@@ -760,7 +761,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     order for a stride of 1, reversed or scattered for another stride coprime to the grid
     (:func:`order_blocks`);
     ``order_inverse`` is the stride's inverse modulo the grid (chunk to block, for the
-    look-back).  ``scattered`` (single launch only): compiled for a stride other than 1; the single
+    look-back).  ``strided`` (single launch only): compiled for a stride other than 1; the single
     launch in order ignores both arguments (its look-back's search would cost registers).
 
     ``out_dtype``: C's value format where it differs from A's and B's (float32 results of
@@ -803,7 +804,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     if adds_to_c:  # (a store anywhere else, a 16-bit C or the single launch's merges would not add)
         assert reduce_code == reductions.SUM and not single and not is_half_format(out_dtype or value_dtype)
         flush = _adding(flush)
-    finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush, scattered)
+    finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush, strided)
     zeroes = single and not zeroed  # the kernel writes C's empty rows
     assert single or not mapped
 
@@ -872,7 +873,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         bg = (cuda.threadIdx.x // WARP) * groups + g  # the group's index in its block
         # the block's chunk of nonzeros: with order_stride > 1 (coprime to the grid) the blocks
         # resident at once take chunks spread over the whole matrix
-        if single and not scattered:  # (no modulo: it costs the single launch registers)
+        if single and not strided:  # (no modulo: it costs the single launch registers)
             work_block = numba.int64(cuda.blockIdx.x)
         else:
             work_block = (numba.int64(cuda.blockIdx.x) * order_stride) % cuda.gridDim.x
@@ -1150,6 +1151,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     scores), passed per call like B and C, so the launch binds on A (and a call that makes
     new values each time, as the unfused SDDMM -> SpMM does, is replayed)."""
     code = reductions.CODES[reduce]
+    if block_order is not None and not any(block_order == order for order in BLOCK_ORDERS):
+        raise ValueError(f"block_order must be one of {', '.join(BLOCK_ORDERS)}, got {block_order!r}")
     if accumulate:
         if code != reductions.SUM or C.dtype.itemsize < 4 or single:
             raise ValueError("accumulate takes reduce='sum', a float32 or float64 C and the filled kernel")

@@ -2,6 +2,8 @@
 paper 000): where each segment of nonzeros starts, and which rows a kernel must fill itself.
 
 All functions take ``indptr`` (any integer dtype) and work in int64."""
+import math
+
 import numpy as np
 
 
@@ -59,15 +61,18 @@ def grid_time(indptr, block_nnz, slots, stride, row_end_cost, mixed=False):
     ``block_nnz`` nonzeros on ``slots`` block slots (the GPU's blocks at once), in units of one
     entry's work: each chunk costs its entries plus ``row_end_cost`` per row ending in it, and a
     block starts, at the latest, when the work dispatched before it, spread over the slots, is
-    done (the greedy list-scheduling bound).  So it is the larger of the mean load and the most
-    any block finishes after that start: where costly chunks run last, the grid waits on them.
-    ``mixed``: every chunk at the mean cost, as for the same rows in a random order (the
-    expected time of such an order; one draw's last chunk would make the estimate noisy)."""
+    done (the greedy list-scheduling bound; blocks of the first wave too, since the GPU starts
+    them one after another).  The grid takes the most any block finishes after that start: where
+    costly chunks run last, the grid waits on them.  ``mixed``: every chunk at the mean cost, an
+    optimistic estimate of the same rows in a random order (rows longer than a chunk keep their
+    chunks unequal in any order).  ``stride`` must be coprime to the number of blocks."""
     indptr = np.asarray(indptr, np.int64)
     nnz = int(indptr[-1])
     if nnz == 0:
         return 0.0
     blocks = _cdiv(nnz, block_nnz)
+    if math.gcd(stride, blocks) != 1:
+        raise ValueError(f"stride {stride} is not coprime to {blocks} blocks")
     ends = indptr[1:][indptr[1:] > indptr[:-1]] - 1  # the last entry of each non-empty row
     cost = np.bincount(ends // block_nnz, minlength=blocks) * float(row_end_cost)
     cost += np.minimum(block_nnz, nnz - np.arange(blocks, dtype=np.int64) * block_nnz)
@@ -75,7 +80,7 @@ def grid_time(indptr, block_nnz, slots, stride, row_end_cost, mixed=False):
         cost[:] = cost.mean()
     run = cost[np.arange(blocks, dtype=np.int64) * stride % blocks]  # in the blocks' order
     before = np.cumsum(run) - run
-    return float(max((before / slots + run).max(), run.sum() / slots))
+    return float((before / slots + run).max())
 
 
 def longest_empty_run(indptr):

@@ -8,7 +8,8 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
   depth (not for lanes of 8 values, which would spill), the other launch mode (the filled launch
   writes a 16-bit C through a float32 workspace and a rounding pass), the single launch in its
   other block order (scattered or in order) and the filled launch in each block order the rule did
-  not take (:func:`numbasparse.cuda.hp.order_blocks`), the single launch on the other row order (A's rows
+  not take, in all three where the rule takes the single launch
+  (:func:`numbasparse.cuda.hp.order_blocks`), the single launch on the other row order (A's rows
   shuffled where the rule keeps them, A's own where it shuffles: :func:`numbasparse.cuda.hp.shuffle_rows`),
   and where whole-warp groups cover N in several column tiles, tiles of
   twice the columns (or, where the rule took those, :func:`numbasparse.cuda.hp.wide_tiles`, the
@@ -308,8 +309,7 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
                 if hp.row_map_fits(A):
                     ranked.append(Candidate.of("hp", single=True, shuffled=not plan.shuffled))
             ranked += [Candidate.of("hp", single=False, block_order=order) for order in hp.BLOCK_ORDERS
-                       if order != (plan.block_order if not plan.single else "in_order")]  # (in_order is
-            # among ``around`` where the rule takes the single launch)
+                       if plan.single or order != plan.block_order]  # the filled launch in the other orders
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
             # half the columns, whichever the rule (hp.wide_tiles) did not take
             if lanes == hp.WARP and cf == 2:  # (whole-warp groups take two vectors only as wide tiles)

@@ -686,7 +686,8 @@ def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
 def test_blocks_take_the_order_of_least_predicted_time(monkeypatch):
     """A graph whose ids put its long rows first runs its blocks reversed in the filled launch
     (the blocks of short rows, which cost more, first); the same rows by increasing length or
-    shuffled keep their order, and in one wave every order takes as long.  Of the other orders
+    shuffled keep their order, and with every block resident at once (slots far beyond the grid)
+    every order takes as long.  Of the other orders
     the single launch takes only the scattered one, only on long rows that span few blocks and
     with a tile of B within a third of L2, which the filled launch needs only to scatter."""
     monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 32)
@@ -711,7 +712,7 @@ def test_blocks_take_the_order_of_least_predicted_time(monkeypatch):
     assert plan(hubs_first).block_order == "in_order"
     monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 32)
     times = {"in_order": 2.0, "reversed": 1.0, "scattered": 1.5}  # (the rule's logic, not the model)
-    monkeypatch.setattr(hp, "predicted_time", lambda A, block_nnz, order, shuffled=False: times[order])
+    monkeypatch.setattr(hp, "predicted_time", lambda A, block_nnz, order, mixed=False: times[order])
     monkeypatch.setattr(hp, "SINGLE_MAX_MEAN_ROW", 5)  # the same rows as long ones: the single launch scatters
     assert plan(hubs_first, single=True).block_order == "scattered"
     span_cap = hp.SCATTER_MAX_SPAN
@@ -729,11 +730,13 @@ def test_blocks_take_the_order_of_least_predicted_time(monkeypatch):
     assert plan(hubs_first).block_order == "in_order"
 
 
-def test_an_unknown_block_order_is_refused():
-    A = sp.random(30, 30, density=0.2, format="csr", random_state=1, dtype=np.float32)
+def test_an_unknown_block_order_is_refused_even_without_entries():
     B, C = cuda.device_array((30, 8), np.float32), cuda.device_array((30, 8), np.float32)
-    with pytest.raises(ValueError, match="block_order"):
-        hp.spmm_hp(CSR.from_scipy(A), B, C, "sum", block_order="backwards")
+    for density in (0.2, 0.0):
+        A = CSR.from_scipy(sp.random(30, 30, density=density, format="csr", random_state=1, dtype=np.float32))
+        for order in ("backwards", ["in_order"]):
+            with pytest.raises(ValueError, match="block_order"):
+                hp.spmm_hp(A, B, C, "sum", block_order=order)
 
 
 def test_single_launch_rule_takes_short_rows_short_spans_and_few_empty_rows_per_group():

@@ -351,11 +351,11 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, n, monkeypatch):
     made = []
     factory = hp.spmm_hp_kernel
 
-    def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None, adds_to_c=False, scattered=False,
+    def recording(code, lanes, vec, cf, fmt, index, depth, single, out_fmt=None, adds_to_c=False, strided=False,
                   zeroed=False, mapped=False):
-        made.append((depth, single) + (("adds",) if adds_to_c else ()) + (("scattered",) if scattered else ())
+        made.append((depth, single) + (("adds",) if adds_to_c else ()) + (("strided",) if strided else ())
                     + (("zeroed",) if zeroed else ()) + (("shuffled",) if mapped else ()))
-        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt, adds_to_c, scattered, zeroed, mapped)
+        return factory(code, lanes, vec, cf, fmt, index, depth, single, out_fmt, adds_to_c, strided, zeroed, mapped)
 
     monkeypatch.setattr(hp, "spmm_hp_kernel", recording)
     skipping = []
@@ -374,7 +374,7 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, n, monkeypatch):
     shuffled = [] if n == 8 else [(4, True, "shuffled") if dtype.itemsize == 2 else (2, True, "shuffled")]
     if dtype.itemsize == 2:
         assert sorted(made) == sorted([(d, True) + extra for d in (1, 4) for extra in
-                                       ((), ("scattered",), ("scattered", "zeroed"), ("zeroed",))] + shuffled)
+                                       ((), ("strided",), ("strided", "zeroed"), ("zeroed",))] + shuffled)
     else:
         assert sorted(made) == sorted([(1, False), (1, False, "adds"), (1, True), (2, False), (2, False, "adds"),
                                        (2, True)] + shuffled)

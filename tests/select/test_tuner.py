@@ -188,8 +188,8 @@ def test_hp_is_also_tried_in_the_other_block_orders(monkeypatch):
     assert filled["scattered"] in ranked and filled["reversed"] in ranked
     half = tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100)
     assert {c for c in half if dict(c.params).get("block_order") is not None} == {  # a 16-bit C: the filled
-        tuner.Candidate.of("hp", single=True, block_order="scattered", shuffled=False),  # launch through a
-        filled["scattered"], filled["reversed"]}  # float32 workspace; A's own rows
+        tuner.Candidate.of("hp", single=True, block_order="scattered", shuffled=False),  # launch (through a
+        *filled.values()}  # float32 workspace) in every order; A's own rows
     monkeypatch.setattr(hp, "single_launch", lambda *args: False)
     monkeypatch.setattr(hp, "order_blocks", lambda *args: "reversed")  # the rule: the filled launch, reversed
     dev = CSR.from_scipy(sp.random(300, 200, density=0.05, format="csr", random_state=1, dtype=np.float32))
