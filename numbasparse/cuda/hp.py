@@ -366,8 +366,10 @@ def predicted_time(A, block_nnz, order, mixed=False):
     """The grid time :func:`numbasparse.preprocess.rows.grid_time` predicts for HP-SpMM's blocks
     of ``block_nnz`` nonzeros taking their chunks in ``order`` over a wave (:func:`full_wave`),
     on A's rows or (``mixed``) on the same rows in a random order."""
-    stride = order_stride(cdiv(A.nnz, block_nnz), order)
-    return pattern_fact(A, "grid_time", block_nnz, full_wave(), stride, ROW_END_COST, mixed)
+    stride, slots = order_stride(cdiv(A.nnz, block_nnz), order), full_wave()
+    costs = pattern_fact(A, "chunk_costs", block_nnz, ROW_END_COST)  # (one pass over the rows for every order)
+    return A.cache.get_or_build("plans", ("grid_time", block_nnz, slots, stride, mixed),
+                                lambda: row_prep.grid_time(costs, slots, stride, mixed))
 
 
 def order_stride(blocks, order):

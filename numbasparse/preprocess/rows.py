@@ -56,30 +56,34 @@ def empty_rows_per_group(indptr, nnz_per_group):
     return int(np.bincount(owner).max()) if owner.size else 0
 
 
-def grid_time(indptr, block_nnz, slots, stride, row_end_cost, mixed=False):
-    """The predicted time of a grid whose block b runs chunk ``b * stride % blocks`` of
-    ``block_nnz`` nonzeros on ``slots`` block slots (the GPU's blocks at once), in units of one
-    entry's work: each chunk costs its entries plus ``row_end_cost`` per row ending in it, and a
-    block starts, at the latest, when the work dispatched before it, spread over the slots, is
-    done (the greedy list-scheduling bound; blocks of the first wave too, since the GPU starts
-    them one after another).  The grid takes the most any block finishes after that start: where
-    costly chunks run last, the grid waits on them.  ``mixed``: every chunk at the mean cost, an
-    optimistic estimate of the same rows in a random order (rows longer than a chunk keep their
-    chunks unequal in any order).  ``stride`` must be coprime to the number of blocks."""
+def chunk_costs(indptr, block_nnz, row_end_cost):
+    """The work of each chunk of ``block_nnz`` nonzeros, in units of one entry's: its entries plus
+    ``row_end_cost`` per row ending in it (float64, one per chunk)."""
     indptr = np.asarray(indptr, np.int64)
     nnz = int(indptr[-1])
-    if nnz == 0:
-        return 0.0
     blocks = _cdiv(nnz, block_nnz)
-    if math.gcd(stride, blocks) != 1:
-        raise ValueError(f"stride {stride} is not coprime to {blocks} blocks")
     ends = indptr[1:][indptr[1:] > indptr[:-1]] - 1  # the last entry of each non-empty row
     cost = np.bincount(ends // block_nnz, minlength=blocks) * float(row_end_cost)
     cost += np.minimum(block_nnz, nnz - np.arange(blocks, dtype=np.int64) * block_nnz)
-    if mixed:
-        cost[:] = cost.mean()
-    run = cost[np.arange(blocks, dtype=np.int64) * stride % blocks]  # in the blocks' order
-    before = np.cumsum(run) - run
+    return cost
+
+
+def grid_time(costs, slots, stride, mixed=False):
+    """The predicted time of a grid whose block b runs chunk ``b * stride % blocks`` of
+    :func:`chunk_costs` ``costs`` on ``slots`` block slots (the GPU's blocks at once): a block
+    starts, at the latest, when the work dispatched before it, spread over the slots, is done
+    (the greedy list-scheduling bound; blocks of the first wave too, since the GPU starts them
+    one after another), and the grid takes the most any block finishes after that start: where
+    costly chunks run last, the grid waits on them.  ``mixed``: every chunk at the mean cost, an
+    optimistic estimate of the same rows in a random order (rows longer than a chunk keep their
+    chunks unequal in any order).  ``stride`` must be coprime to the number of chunks."""
+    blocks = costs.size
+    if blocks == 0:
+        return 0.0
+    if math.gcd(stride, blocks) != 1:
+        raise ValueError(f"stride {stride} is not coprime to {blocks} blocks")
+    run = np.full(blocks, costs.mean()) if mixed else costs[np.arange(blocks, dtype=np.int64) * stride % blocks]
+    before = np.cumsum(run) - run  # the work dispatched before each block
     return float((before / slots + run).max())
 
 

@@ -84,7 +84,7 @@ def test_grid_time_is_longest_where_the_costly_chunks_run_last():
     blocks = 1600
 
     def time(indptr, stride=1):
-        return rows.grid_time(indptr, 64, 1000, stride, 2)
+        return rows.grid_time(rows.chunk_costs(indptr, 64, 2), 1000, stride)
     # a chunk of hubs costs 64 + 2 x 4, one of single entries 64 + 2 x 64: the costly ones run
     # last in hub order, and the grid waits on them
     assert time(hubs_first) > 1.1 * time(hubs_last)
@@ -92,8 +92,12 @@ def test_grid_time_is_longest_where_the_costly_chunks_run_last():
     assert time(mixed) < time(hubs_first)
     assert time(hubs_first, 989) <= time(hubs_first)  # a coprime stride: costly chunks in every wave, the last too
     assert time(mixed) >= 800 * (72 + 192) / 1000  # never below the mean load
-    assert 192 <= rows.grid_time(hubs_first, 64, 10 ** 6, 1, 2) < 193  # every block at once: the costliest
-    assert rows.grid_time(np.array([0, 0, 0]), 64, 10, 1, 2) == 0.0  # no entries
+    assert 192 <= rows.grid_time(rows.chunk_costs(hubs_first, 64, 2), 10 ** 6, 1) < 193  # every block at once:
+    # the costliest
+    assert rows.grid_time(rows.chunk_costs(np.array([0, 0, 0]), 64, 2), 10, 1) == 0.0  # no entries
+    assert rows.grid_time(rows.chunk_costs(hubs_first, 64, 2), 1000, 1, mixed=True) < time(hubs_first)
+    with pytest.raises(ValueError, match="coprime"):
+        rows.grid_time(rows.chunk_costs(hubs_first, 64, 2), 1000, 5)
 
 
 def test_shuffled_rows_reorder_rows_and_map_entries_and_rows_back():
