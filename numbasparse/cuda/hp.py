@@ -366,10 +366,15 @@ def predicted_time(A, block_nnz, order, mixed=False):
     """The grid time :func:`numbasparse.preprocess.rows.grid_time` predicts for HP-SpMM's blocks
     of ``block_nnz`` nonzeros taking their chunks in ``order`` over a wave (:func:`full_wave`),
     on A's rows or (``mixed``) on the same rows in a random order."""
-    stride, slots = order_stride(cdiv(A.nnz, block_nnz), order), full_wave()
     costs = pattern_fact(A, "chunk_costs", block_nnz, ROW_END_COST)  # (one pass over the rows for every order)
-    return A.cache.get_or_build("plans", ("grid_time", block_nnz, slots, stride, mixed),
-                                lambda: row_prep.grid_time(costs, slots, stride, mixed))
+    return row_prep.grid_time(costs, full_wave(), order_stride(costs.size, order), mixed)
+
+
+def check_block_order(order):
+    """A ValueError naming ``block_order`` unless ``order`` is one of BLOCK_ORDERS (compared by
+    equality: an unhashable value is refused the same way)."""
+    if not any(order == known for known in BLOCK_ORDERS):
+        raise ValueError(f"block_order must be one of {', '.join(BLOCK_ORDERS)}, got {order!r}")
 
 
 def order_stride(blocks, order):
@@ -377,8 +382,7 @@ def order_stride(blocks, order):
     ``order``: 1 in order; ``blocks - 1`` reversed (block 0 keeps chunk 0, block b > 0 takes chunk
     ``blocks - b``: a multiplication, so the kernel's look-back finds a row's last-starting block
     as for any stride); :func:`coprime_stride` scattered."""
-    if order not in BLOCK_ORDERS:
-        raise ValueError(f"block_order must be one of {', '.join(BLOCK_ORDERS)}, got {order!r}")
+    check_block_order(order)
     if order == "in_order" or blocks < 3:
         return 1
     return blocks - 1 if order == "reversed" else coprime_stride(blocks)
@@ -1153,8 +1157,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     scores), passed per call like B and C, so the launch binds on A (and a call that makes
     new values each time, as the unfused SDDMM -> SpMM does, is replayed)."""
     code = reductions.CODES[reduce]
-    if block_order is not None and not any(block_order == order for order in BLOCK_ORDERS):
-        raise ValueError(f"block_order must be one of {', '.join(BLOCK_ORDERS)}, got {block_order!r}")
+    if block_order is not None:
+        check_block_order(block_order)
     if accumulate:
         if code != reductions.SUM or C.dtype.itemsize < 4 or single:
             raise ValueError("accumulate takes reduce='sum', a float32 or float64 C and the filled kernel")

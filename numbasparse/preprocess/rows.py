@@ -1,7 +1,8 @@
 """Row bookkeeping of a CSR pattern for kernels that split work by nonzeros (HP-SpMM/SDDMM,
 paper 000): where each segment of nonzeros starts, and which rows a kernel must fill itself.
 
-All functions take ``indptr`` (any integer dtype) and work in int64."""
+The functions take ``indptr`` (any integer dtype; :func:`grid_time` takes :func:`chunk_costs`'
+result) and work in int64."""
 import math
 
 import numpy as np
