@@ -13,7 +13,8 @@ length (``deg``) or increasing length (``asc``), that order with N% of its posit
 among themselves (``mixN``) or its rows shuffled (``shuf``), B unchanged.  ``--dtype bfloat16``:
 16-bit operands (the single launch only; cuSPARSE in bfloat16 too, errors checked to 1e-2).
 ``--reversed``: also HP's blocks in reverse order (the costliest chunks first where rows end
-more densely towards the end).  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree
+more densely towards the end).  ``--balanced``: also segments of equal predicted work
+(``spmm_hp(balanced=True)``) in either launch.  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree
 (by decreasing row length, for the columns too: the two differ on directed graphs).
 One JSON line per case: the kernel times (µs), the plan's launch mode, block order, DTP and
 blocks, and the grid times ``hp.predicted_time`` gives each order (``predicted``; ``mixed``: the
@@ -45,6 +46,7 @@ parser.add_argument("--copies", default="deg",
 parser.add_argument("--orders", action="store_true", help="rows or columns shuffled or by degree instead")
 parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
 parser.add_argument("--reversed", action="store_true", help="also the blocks in reverse order")
+parser.add_argument("--balanced", action="store_true", help="also segments of equal predicted work, in order")
 args = parser.parse_args()
 half = args.dtype == "bfloat16"
 tolerance = 1e-2 if half else 1e-5
@@ -105,6 +107,10 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
                     variants[f"{'single' if single else 'filled'}_{order}"] = (
                         lambda single=single, order=order: hp.spmm_hp(dev, B, C, "sum", single=single,
                                                                       block_order=order, shuffled=False))
+                if args.balanced:
+                    variants[f"{'single' if single else 'filled'}_balanced"] = (
+                        lambda single=single: hp.spmm_hp(dev, B, C, "sum", single=single, block_order="in_order",
+                                                         shuffled=False, balanced=True))
             variants["single_shuffled"] = lambda: hp.spmm_hp(dev, B, C, "sum", single=True, block_order="in_order",
                                                              shuffled=True)
             if not half:

@@ -618,9 +618,8 @@ def _lookback(reduce_code, vec, cf, span, value_bits, flush, strided):
     simulated = config.ENABLE_CUDASIM  # blocks run one after another there: a missing part never comes
 
     @cuda.jit(device=True, inline="always")
-    def finish_across_blocks(C, parts, received, row, row_start, row_end, chunk, block_nnz, order_inverse, j, acc):
-        first = row_start // block_nnz  # the row's chunks are first..last
-        last = (row_end - 1) // block_nnz
+    def finish_across_blocks(C, parts, received, row, row_start, row_end, chunk, first, last, order_inverse, j, acc):
+        """The row's chunks are ``first``..``last`` (``chunk`` this block's)."""
         grid_x = cuda.gridDim.x
         n = C.shape[1]
         finisher = last
@@ -744,7 +743,7 @@ def _row_walk(width, init, merge, single, zeroes, flush, zero_row, c_row, prefet
 
 @launch.kernel_factory
 def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth, single=False, out_dtype=None,
-                   adds_to_c=False, strided=False, zeroed=False, mapped=False):
+                   adds_to_c=False, strided=False, zeroed=False, mapped=False, balanced=False):
     """Compile-once factory of the HP-SpMM kernel.
 
     Thread mapping: a warp is ``32 // lanes`` groups of ``lanes`` lanes; group g owns
@@ -787,6 +786,12 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     A's entry ``remap[p]`` and its row r is C's row ``remap[nnz + r]``.  Otherwise ``remap``
     is not read.
 
+    ``balanced`` (blocks in order, A's own rows): the groups' segments are those of
+    :func:`numbasparse.preprocess.rows.balanced_segments`, of equal predicted work rather than
+    equal entries, read from ``bounds`` (each group's first entry, then per block the first and
+    last chunk of the rows crossing its start and its end, for the look-back).  Otherwise
+    ``bounds`` is not read and group g owns entries [g * nnz_per_group, (g + 1) * nnz_per_group).
+
     ``adds_to_c`` (sum, filled kernel, float32/float64 C): every row is combined atomically,
     so the launch adds A B to what C holds (C += A B), with no fill before it.
     """
@@ -813,6 +818,28 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     finish_across_blocks = _lookback(reduce_code, vec, cf, span, np.dtype(compute).itemsize * 8, flush, strided)
     zeroes = single and not zeroed  # the kernel writes C's empty rows
     assert single or not mapped
+    assert not (balanced and (mapped or strided))
+
+    if balanced:
+        @cuda.jit(device=True, inline="always")
+        def segment(bounds, group, nnz_per_group, nnz):
+            return bounds[group], bounds[group + 1]
+
+        @cuda.jit(device=True, inline="always")
+        def row_chunks(bounds, row_start, row_end, lo, hi, chunk, block_nnz):
+            heads = numba.int64(cuda.gridDim.x) * block_groups + 1  # (bounds: group starts, heads, tails)
+            first = chunk if row_start >= lo else bounds[heads + chunk]
+            last = chunk if row_end <= hi else bounds[heads + cuda.gridDim.x + chunk]
+            return first, last
+    else:
+        @cuda.jit(device=True, inline="always")
+        def segment(bounds, group, nnz_per_group, nnz):
+            start = group * nnz_per_group
+            return start, min(start + nnz_per_group, nnz)
+
+        @cuda.jit(device=True, inline="always")
+        def row_chunks(bounds, row_start, row_end, lo, hi, chunk, block_nnz):
+            return row_start // block_nnz, (row_end - 1) // block_nnz
 
     if mapped:
         @cuda.jit(device=True, inline="always")
@@ -853,17 +880,21 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     options = {"max_registers": MAX_REGISTERS} if capped and not config.ENABLE_CUDASIM else {}
 
     @cuda.jit(device=True, inline="always")
-    def finish_row(C, parts, received, row, row_start, row_end, lo, hi, chunk, block_nnz, order_inverse, j, acc):
+    def finish_row(C, parts, received, bounds, row, row_start, row_end, lo, hi, chunk, block_nnz, order_inverse, j,
+                   acc):
         """Store the row, whose entries in [lo, hi) are in ``acc``: directly if they are all of
         it, else atomically into the filled C, or across blocks in the single launch."""
         owned = row_start >= lo and row_end <= hi
         if owned or not single:
             flush(C, row, j, acc, row_end - row_start, owned)
         else:
-            finish_across_blocks(C, parts, received, row, row_start, row_end, chunk, block_nnz, order_inverse, j, acc)
+            first, last = row_chunks(bounds, row_start, row_end, lo, hi, chunk, block_nnz)
+            finish_across_blocks(C, parts, received, row, row_start, row_end, chunk, first, last, order_inverse, j,
+                                 acc)
 
     @cuda.jit(**options)  # (the simulator's jit takes no register cap)
-    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts, order_stride, order_inverse, remap):
+    def spmm_hp(indptr, indices, data, group_rows, B, C, nnz_per_group, parts, order_stride, order_inverse, remap,
+                bounds):
         lane = cuda.threadIdx.x % WARP
         g = lane // lanes
         glane = lane % lanes
@@ -884,10 +915,10 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         else:
             work_block = (numba.int64(cuda.blockIdx.x) * order_stride) % cuda.gridDim.x
         group_id = work_block * block_groups + bg
-        seg_start = group_id * nnz_per_group
+        seg_start, seg_end = segment(bounds, group_id, nnz_per_group, nnz)
         block_nnz = block_groups * nnz_per_group
-        block_start = work_block * block_nnz
-        block_end = min(block_start + block_nnz, nnz)
+        block_start = segment(bounds, work_block * block_groups, nnz_per_group, nnz)[0]
+        block_end = segment(bounds, (work_block + 1) * block_groups - 1, nnz_per_group, nnz)[1]
         slot = bg * tile + glane * width  # this lane's part of the group's partial row
         j = cuda.blockIdx.y * tile + glane * vec
         n = C.shape[1]
@@ -898,7 +929,6 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
             partial_rows[bg] = -1
         if seg_start < nnz:  # whole groups idle (and still reach the merge's barrier)
             # (1) the group's first row
-            seg_end = min(seg_start + nnz_per_group, nnz)
             row = group_rows[group_id]
             crow = prefetch_row(remap, nnz, row)
             row_start = indptr[row]
@@ -981,7 +1011,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                                 acc[v] = combine(reduce_code, acc[v], partials[h * tile + glane * width + v])
                         h += 1
                     if active:  # (finish_row takes C's row: it only stores there)
-                        finish_row(C, parts, received, c_row(remap, nnz, row), row_start, row_end, block_start,
+                        finish_row(C, parts, received, bounds, c_row(remap, nnz, row), row_start, row_end, block_start,
                                    block_end, work_block, block_nnz, order_inverse, j, acc)
 
     return spmm_hp
@@ -991,7 +1021,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
 
 HPPlan = collections.namedtuple("HPPlan", "kernel grid nnz_per_group group_rows single fill_rows unused_scratch depth "
                                            "layout block_order order_stride order_inverse zeroed shuffled indptr "
-                                           "remap")
+                                           "remap balanced bounds")
 
 
 def pattern_fact(A, name, *args, shuffled=False):
@@ -1057,7 +1087,7 @@ def spmm_layout(A, n_cols, itemsize, B, *, stored=(), lanes=None):
 
 
 def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False, block_order=None,
-               zeroed=None, shuffled=None):
+               zeroed=None, shuffled=None, balanced=None):
     """The launch plan of HP-SpMM for A (the layout, DTP, single-launch, row-order and
     block-order rules, or the given overrides)."""
     fmt = kernel_format(A.dtype)
@@ -1096,22 +1126,49 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     if zeroed is None:  # (only the single launch zeroes empty rows itself)
         zeroed = single and zeroed_single(pattern_fact(A, "empty_rows_per_group", nnz_per_group, shuffled=shuffled))
     zeroed = single and bool(zeroed)
-    if block_order is None:  # (shuffled rows are in no order to correct)
-        block_order = "in_order" if shuffled else order_blocks(A, block_groups * nnz_per_group, tile_bytes, single)
+    if balanced is None:
+        balanced = False
+    elif balanced and (shuffled or block_order not in (None, "in_order")):
+        raise ValueError("balanced segments take A's own rows in order (shuffled=False, block_order='in_order')")
+    balanced = bool(balanced)
+    if block_order is None:  # (shuffled rows are in no order to correct; balanced blocks cost the same)
+        block_order = "in_order" if shuffled or balanced else order_blocks(A, block_groups * nnz_per_group,
+                                                                             tile_bytes, single)
     stride = order_stride(grid[0], block_order)
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, single,
                             None if out_fmt == fmt else out_fmt, accumulate, single and block_order != "in_order",
-                            zeroed, shuffled)
-    fill_rows = None
-    if not single and merges_in_block(code):
-        fill_rows = pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
+                            zeroed, shuffled, balanced)
+    if balanced:
+        bounds, group_rows, fill_rows = balanced_segments(A, grid[0], block_groups)
+    else:
+        bounds = A.cache.get_or_build("plans", ("no bounds",), lambda: cuda.device_array(1, np.int64))
+        group_rows = pattern_fact(A, "segment_rows", nnz_per_group, shuffled=shuffled)
+        fill_rows = (pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
+                     if not single and merges_in_block(code) else None)
+    if single or not merges_in_block(code):  # (max and min fill the rows their block merge cannot store)
+        fill_rows = None
     # the filled kernel takes (and never reads) the single launch's scratch argument, a kernel on
     # A's own rows the row map
     unused = None if single else cuda.device_array(1, np.uint64)
     indptr, remap = shuffled_rows(A) if shuffled else (A.indptr, cuda.device_array(1, np.int32))
-    return HPPlan(kernel, grid, nnz_per_group, pattern_fact(A, "segment_rows", nnz_per_group, shuffled=shuffled),
-                  single, fill_rows, unused, depth, (lanes, vec, cf), block_order, stride,
-                  pow(stride, -1, grid[0]) if stride > 1 else 1, zeroed, shuffled, indptr, remap)
+    return HPPlan(kernel, grid, nnz_per_group, group_rows, single, fill_rows, unused, depth, (lanes, vec, cf),
+                  block_order, stride, pow(stride, -1, grid[0]) if stride > 1 else 1, zeroed, shuffled, indptr, remap,
+                  balanced, bounds)
+
+
+def balanced_segments(A, blocks, block_groups):
+    """(bounds, group_rows, rows_to_fill) of :func:`numbasparse.preprocess.rows.balanced_segments`
+    for A's rows in ``blocks`` blocks of ``block_groups`` groups: the first two on the device, the
+    rows crossing blocks or empty (None if none) too; once per pattern and grid, in A's cache."""
+    def build():
+        bounds = row_prep.balanced_segments(A.host_indptr, blocks, block_groups, ROW_END_COST)
+        groups = blocks * block_groups
+        starts = bounds[:groups + 1]
+        group_rows = row_prep.segment_rows_at(A.host_indptr, starts[:-1], A.index_dtype)
+        fill = row_prep.rows_to_fill(A.host_indptr, starts[::block_groups], A.index_dtype)
+        with device.allocating("HP-SpMM's balanced segments", bounds.nbytes + group_rows.nbytes + fill.nbytes):
+            return cuda.to_device(bounds), cuda.to_device(group_rows), cuda.to_device(fill) if fill.size else None
+    return A.cache.get_or_build("plans", ("balanced segments", blocks, block_groups, ROW_END_COST), build)
 
 
 def _scratch(A, key, plan, n, dtype, stream):
@@ -1131,7 +1188,7 @@ def _scratch(A, key, plan, n, dtype, stream):
 
 
 def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout=None, depth=None, single=None,
-            accumulate=False, values=None, block_order=None, zeroed=None, shuffled=None):
+            accumulate=False, values=None, block_order=None, zeroed=None, shuffled=None, balanced=None):
     """Launch HP-SpMM on a device :class:`CSR` A and device arrays B, C.  In its single launch
     (:func:`single_launch`, graphs of short rows) the kernel alone writes all of C; otherwise C
     is filled with the reduction's identity first (sum and mean: a memset; max and min: only the
@@ -1143,7 +1200,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     ``block_order`` (one of BLOCK_ORDERS, :func:`order_blocks`), ``zeroed`` (the single launch after a
     memset of C, :func:`zeroed_single`), ``shuffled`` (the single launch on the rows in a random
     order, :func:`shuffle_rows`; True implies ``single=True``, and ``single=False`` with it is a
-    ValueError).
+    ValueError), ``balanced`` (segments of equal predicted work rather than equal entries,
+    :func:`numbasparse.preprocess.rows.balanced_segments`; with A's rows in order only).
 
     ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
     fill, every row added atomically): how a product split by columns adds its parts.
@@ -1175,7 +1233,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
     if rounded:
         handle, C = workspace(A, code, n, stream)
     key = ("spmm_hp", code, n, A.dtype.name, C.dtype.str, launch.alignment(B), launch.alignment(C), nnz_per_group,
-           lanes, layout, depth, single, accumulate, block_order, zeroed, shuffled)
+           lanes, layout, depth, single, accumulate, block_order, zeroed, shuffled, balanced)
     if values is not None:
         if values.shape != A.data.shape or values.dtype != A.data.dtype:
             raise ValueError(f"values must be {A.data.shape} of {A.data.dtype}, got {values.shape} of {values.dtype}")
@@ -1184,7 +1242,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
         bound_key, variable, values = key, (4, 5), A.data
     plan = A.cache.get_or_build("plans", key, lambda: _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout,
                                                                  depth, single, accumulate, block_order, zeroed,
-                                                                 shuffled))
+                                                                 shuffled, balanced))
     if plan.single:
         handle, parts = _scratch(A, key, plan, n, A.dtype, stream)
         bound_key = bound_key + (handle,)  # the bound launch holds this stream's scratch
@@ -1198,7 +1256,7 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
             elif plan.fill_rows is not None:  # max, min: the rows the block merge cannot store alone
                 fill_identity(C, code, stream, rows=plan.fill_rows, A=A, key=key + ("fill",))
     args = (plan.indptr, A.indices, values, plan.group_rows, B, C, plan.nnz_per_group, parts, plan.order_stride,
-            plan.order_inverse, plan.remap)
+            plan.order_inverse, plan.remap, plan.bounds)
     if rounded:
         round_into(A, C, result, code, handle, stream, bound_key, plan.kernel, plan.grid, WARPS_PER_BLOCK * WARP,
                    args, variable)

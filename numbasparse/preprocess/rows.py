@@ -28,11 +28,16 @@ def nonempty_rows(indptr):
 
 def rows_to_fill(indptr, block_nnz, index_dtype):
     """The rows a kernel that merges split rows inside a thread block of ``block_nnz`` nonzeros
-    cannot write alone: empty rows, and rows whose nonzeros fall in more than one block.  They
-    are filled with the reduction's identity before the kernel runs."""
+    (or, an array, blocks starting at those entries) cannot write alone: empty rows, and rows
+    whose nonzeros fall in more than one block.  They are filled with the reduction's identity
+    before the kernel runs."""
     indptr = np.asarray(indptr, np.int64)
     start, end = indptr[:-1], indptr[1:]
-    crossing = (start // block_nnz) != ((end - 1) // block_nnz)
+    if np.ndim(block_nnz):
+        block_of = lambda p: np.searchsorted(block_nnz, p, side="right")  # noqa: E731
+    else:
+        block_of = lambda p: p // block_nnz  # noqa: E731
+    crossing = block_of(start) != block_of(end - 1)
     return np.flatnonzero(crossing | (start == end)).astype(index_dtype)
 
 
@@ -86,6 +91,40 @@ def grid_time(costs, slots, stride, mixed=False):
     run = np.full(blocks, costs.mean()) if mixed else costs[np.arange(blocks, dtype=np.int64) * stride % blocks]
     before = np.cumsum(run) - run  # the work dispatched before each block
     return float((before / slots + run).max())
+
+
+def balanced_segments(indptr, blocks, block_groups, row_end_cost):
+    """Segments of equal work for ``blocks`` x ``block_groups`` groups, in :func:`chunk_costs`'
+    units (an entry, plus ``row_end_cost`` per row end), so that no block of short rows costs
+    more than one of long rows.  Returns ``bounds`` (int64): each group's first entry and nnz
+    after the last (``groups + 1`` values, rising by at least one until they reach nnz: a group
+    is empty only after the last entry), then per block the chunk (block) holding the first
+    entry of the row that crosses its start, and the chunk holding the last entry of the row
+    that crosses its end (the block itself where none does)."""
+    indptr = np.asarray(indptr, np.int64)
+    nnz = int(indptr[-1])
+    groups = blocks * block_groups
+    lengths = np.diff(indptr)
+    work = indptr + row_end_cost * np.concatenate(([0], np.cumsum(lengths > 0)))  # before each row
+    targets = np.arange(groups, dtype=np.float64) * (float(work[-1]) / groups)
+    rows = np.minimum(np.searchsorted(work, targets, side="right") - 1, lengths.size - 1)
+    starts = indptr[rows] + np.minimum(np.floor(targets - work[rows]).astype(np.int64), lengths[rows])
+    step = np.arange(groups, dtype=np.int64)
+    starts = np.minimum(np.maximum.accumulate(starts - step) + step, nnz)  # never an empty group before the end
+    starts = np.append(starts, nnz)
+    block_starts = starts[::block_groups]  # blocks + 1 values
+    chunk_of = lambda p: np.searchsorted(block_starts[:-1], p, side="right") - 1  # noqa: E731
+    head_rows = np.searchsorted(indptr, np.minimum(block_starts[:-1], max(nnz - 1, 0)), side="right") - 1
+    tail_rows = np.searchsorted(indptr, np.maximum(block_starts[1:] - 1, 0), side="right") - 1
+    heads = np.where(indptr[head_rows] < block_starts[:-1], chunk_of(indptr[head_rows]), np.arange(blocks))
+    tails = np.where(indptr[tail_rows + 1] > block_starts[1:], chunk_of(indptr[tail_rows + 1] - 1), np.arange(blocks))
+    return np.concatenate((starts, heads, tails)).astype(np.int64)
+
+
+def segment_rows_at(indptr, starts, index_dtype):
+    """The row holding each of the entries ``starts`` (:func:`segment_rows` for segments of
+    any length; a start at nnz gets the last row + 1, never read)."""
+    return (np.searchsorted(np.asarray(indptr), starts, side="right") - 1).astype(index_dtype)
 
 
 def longest_empty_run(indptr):

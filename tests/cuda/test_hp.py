@@ -16,11 +16,11 @@ from strategies import N_COLS, assert_close, graphs, random_dense, sddmm_scale, 
 REDUCTIONS = ("sum", "mean", "max", "min")
 
 
-def run_hp(A, B, reduce, nnz_per_group=None, index_dtype=None, lanes=None, single=None, zeroed=None):
+def run_hp(A, B, reduce, nnz_per_group=None, index_dtype=None, lanes=None, single=None, zeroed=None, balanced=None):
     dev = CSR.from_scipy(A, dtype=B.dtype, index_dtype=index_dtype)
     C = cuda.to_device(np.full((A.shape[0], B.shape[1]), np.nan, B.dtype))  # poisoned
     hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=nnz_per_group, lanes=lanes, single=single,
-               zeroed=zeroed)
+               zeroed=zeroed, balanced=balanced)
     return C.copy_to_host()
 
 
@@ -34,10 +34,10 @@ def _only_plan(dev):
        nnz_per_group=st.sampled_from([1, 5, 32, 64, None]), lanes=st.sampled_from([None, 32, 8, 4]),
        dtype=st.sampled_from([np.float32, np.float64]),
        index_dtype=st.sampled_from([np.int32, np.int64]), single=st.sampled_from([None, True, False]),
-       seed=st.integers(0, 2**32 - 1))
-def test_hp_matches_reference(A, n, reduce, nnz_per_group, lanes, dtype, index_dtype, single, seed):
+       balanced=st.sampled_from([None, True]), seed=st.integers(0, 2**32 - 1))
+def test_hp_matches_reference(A, n, reduce, nnz_per_group, lanes, dtype, index_dtype, single, balanced, seed):
     B = random_dense(np.random.default_rng(seed), (A.shape[1], n), dtype)
-    C = run_hp(A, B, reduce, nnz_per_group, index_dtype, lanes, single)
+    C = run_hp(A, B, reduce, nnz_per_group, index_dtype, lanes, single, balanced=balanced)
     assert_close(C, spmm_reference(A, B, reduce), dtype, spmm_scale(A, B, reduce))
 
 
@@ -471,6 +471,57 @@ def test_blocks_out_of_order_give_the_same_product(reduce, single, zeroed, order
     if single:  # the look-back left its scratch clear for the next call
         (parts,) = dev.cache.sections["scratch"].values()
         assert not parts.copy_to_host().any()
+
+
+@pytest.mark.parametrize("single,zeroed", [(False, None), (True, False), (True, True)])
+@pytest.mark.parametrize("reduce", REDUCTIONS)
+def test_balanced_segments_give_the_same_product_call_after_call(reduce, single, zeroed):
+    """Segments of equal predicted work rather than equal entries (either launch, the single one
+    with or without a memset before it): a hub row spanning several blocks, runs of empty rows
+    and rows split across groups come out as with equal segments, the look-back's parts cleared
+    after each call."""
+    rng = np.random.default_rng()
+    lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5, 9, 40, 0, 1] + [1, 2, 0] * 12  # short rows last
+    A = sp.csr_matrix(rows_of(rng, lengths, 140))
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    for _ in range(2):
+        B = random_dense(rng, (140, 32), np.float32)
+        C = cuda.to_device(np.full((len(lengths), 32), np.nan, np.float32))
+        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=single, zeroed=zeroed,
+                   balanced=True)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+    plan = _only_plan(dev)
+    assert plan.balanced and plan.single == single and plan.block_order == "in_order" and plan.grid[0] >= 3
+    starts = plan.bounds.copy_to_host()[:plan.grid[0] * 16 + 1]
+    assert len(set(np.diff(starts[starts < A.nnz]).tolist())) > 1  # segments of unequal entries
+    if single:
+        (parts,) = dev.cache.sections["scratch"].values()
+        assert not parts.copy_to_host().any()
+
+
+@pytest.mark.parametrize("case", ["bfloat16", "float64 int64 over column tiles"])
+def test_balanced_segments_of_16_bit_values_and_int64_indices(case):
+    rng = np.random.default_rng()
+    lengths = [4, 0, 70, 2, 0, 0, 9, 1, 33, 5] + [1, 0, 2] * 10
+    A = sp.csr_matrix(rows_of(rng, lengths, 90))
+    if case == "bfloat16":
+        dev = _assert_bfloat16_single_launch(rng, A, nnz_per_group=3, balanced=True)
+    else:
+        B = random_dense(rng, (90, 72), np.float64)
+        dev = CSR.from_scipy(A, dtype=np.float64, index_dtype=np.int64)
+        C = cuda.to_device(np.full((len(lengths), 72), np.nan))
+        hp.spmm_hp(dev, cuda.to_device(B), C, "sum", nnz_per_group=3, lanes=8, single=True, balanced=True)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, "sum"), np.float64, spmm_scale(A, B, "sum"))
+    assert _only_plan(dev).balanced
+
+
+@pytest.mark.parametrize("options", [dict(shuffled=True), dict(block_order="reversed")])
+def test_balanced_segments_take_a_rows_in_order_only(options):
+    A = sp.random(30, 30, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    dev = CSR.from_scipy(A)
+    B, C = cuda.device_array((30, 8), np.float32), cuda.device_array((30, 8), np.float32)
+    with pytest.raises(ValueError, match="balanced"):
+        hp.spmm_hp(dev, B, C, "sum", single=True, balanced=True, **options)
 
 
 def _assert_bfloat16_single_launch(rng, A, **options):

@@ -17,6 +17,42 @@ def test_rows_to_fill_lists_empty_rows_and_rows_crossing_blocks():
     assert rows.rows_to_fill(indptr, 8, np.int32).tolist() == [0, 2, 3, 5]  # row 1 in block 0, row 4 in block 1
 
 
+def test_rows_to_fill_takes_blocks_at_given_starts():
+    indptr = np.array([0, 0, 5, 12, 12, 16, 30])
+    assert rows.rows_to_fill(indptr, np.array([0, 8, 16, 24]), np.int32).tolist() == [0, 2, 3, 5]
+    assert rows.rows_to_fill(indptr, np.array([0, 12]), np.int32).tolist() == [0, 3]  # rows end at 12
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_balanced_segments_give_groups_equal_work_and_blocks_their_crossing_rows_chunks(seed):
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice([0, 1, 2, 3, 40, 200], size=rng.integers(1, 300), p=[.2, .3, .2, .2, .07, .03])
+    indptr = np.concatenate(([0], np.cumsum(lengths)))
+    nnz = int(indptr[-1])
+    blocks, block_groups = int(rng.integers(1, 9)), int(rng.choice([1, 4, 16]))
+    groups = blocks * block_groups
+    bounds = rows.balanced_segments(indptr, blocks, block_groups, 2)
+    assert bounds.dtype == np.int64 and bounds.size == groups + 1 + 2 * blocks
+    starts, heads, tails = bounds[:groups + 1], bounds[groups + 1:groups + 1 + blocks], bounds[groups + 1 + blocks:]
+    assert starts[0] == 0 and starts[-1] == nnz and np.all(np.diff(starts) >= 0)
+    filled = starts[:-1] < nnz
+    assert np.all(np.diff(starts)[filled] >= 1)  # no empty group before the last entry
+    row_ends = indptr[1:][lengths > 0] - 1
+    work = [(b - a) + 2 * np.count_nonzero((row_ends >= a) & (row_ends < b)) for a, b in zip(starts[:-1], starts[1:])]
+    target = (nnz + 2 * row_ends.size) / groups
+    assert max(work) <= target + 1 + 2 + 1e-9  # equal but for an entry and its row end
+    block_starts = starts[::block_groups]
+    for b in range(blocks):  # the chunks of the rows crossing the block's bounds, counted one by one
+        lo, hi = block_starts[b], block_starts[b + 1]
+        if lo >= hi:
+            continue
+        chunk = lambda p: int(np.searchsorted(block_starts[:-1], p, side="right") - 1)  # noqa: E731
+        head_row = int(np.searchsorted(indptr, lo, side="right") - 1)
+        tail_row = int(np.searchsorted(indptr, hi - 1, side="right") - 1)
+        assert heads[b] == (chunk(indptr[head_row]) if indptr[head_row] < lo else b)
+        assert tails[b] == (chunk(indptr[tail_row + 1] - 1) if indptr[tail_row + 1] > hi else b)
+
+
 def test_empty_rows_per_group_and_crossing_span():
     indptr = np.array([0, 0, 0, 4, 4, 9, 9, 9, 9, 12, 12])  # empty rows at 0, 0, 4, 9, 9, 9, 12
     assert rows.empty_rows_per_group(indptr, 4) == 4  # groups [0,4) [4,8) [8,12): 2, 1, 3 + 1 after the end
