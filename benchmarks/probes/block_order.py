@@ -47,6 +47,8 @@ parser.add_argument("--orders", action="store_true", help="rows or columns shuff
 parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
 parser.add_argument("--reversed", action="store_true", help="also the blocks in reverse order")
 parser.add_argument("--balanced", action="store_true", help="also segments of equal predicted work, in order")
+parser.add_argument("--row-end-costs", default="",
+                    help="with --balanced: also balanced on these costs of a row end (comma list, in entries)")
 args = parser.parse_args()
 half = args.dtype == "bfloat16"
 tolerance = 1e-2 if half else 1e-5
@@ -77,6 +79,20 @@ def copies(A):
             pick = np.flatnonzero(rng.random(order.size) < int(copy[3:]) / 100)
             order[pick] = order[rng.permutation(pick)]
         yield f"rows_{copy}", A[order], None
+
+
+def balanced_on(dev, cost, B, C, single):
+    """HP-SpMM on segments balanced for a row end of ``cost`` entries: a copy of ``dev``'s
+    matrix (plans are cached per matrix, not per cost), kept per cost."""
+    key = ("balanced copy", cost)
+    copy = dev.cache.sections["plans"].get(key)
+    if copy is None:
+        copy = dev.cache.sections["plans"][key] = CSR.from_scipy(dev.to_scipy(), dtype=dev.dtype)
+    saved, hp.ROW_END_COST = hp.ROW_END_COST, cost
+    try:
+        hp.spmm_hp(copy, B, C, "sum", single=single, block_order="in_order", shuffled=False, balanced=True)
+    finally:
+        hp.ROW_END_COST = saved
 
 
 for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
@@ -111,6 +127,9 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
                     variants[f"{'single' if single else 'filled'}_balanced"] = (
                         lambda single=single: hp.spmm_hp(dev, B, C, "sum", single=single, block_order="in_order",
                                                          shuffled=False, balanced=True))
+                    for cost in filter(None, args.row_end_costs.split(",")):
+                        variants[f"{'single' if single else 'filled'}_balanced_r{cost}"] = (
+                            lambda single=single, cost=cost: balanced_on(dev, float(cost), B, C, single))
             variants["single_shuffled"] = lambda: hp.spmm_hp(dev, B, C, "sum", single=True, block_order="in_order",
                                                              shuffled=True)
             if not half:

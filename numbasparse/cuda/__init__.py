@@ -23,7 +23,7 @@ def kernel_configs():
         nnz_per_group, the single launch's parts, the block order's stride and inverse, the row map, the
         balanced segments."""
         return (*csr, I[::1], B, C, numba.int64, numba.uint64[::1], numba.int64, numba.int64, numba.int32[::1],
-                numba.int64[::1])
+                I[::1])
 
     configs = []
     for value, index in (("<f4", "<i4"), ("<f8", "<i8")):

@@ -917,8 +917,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         group_id = work_block * block_groups + bg
         seg_start, seg_end = segment(bounds, group_id, nnz_per_group, nnz)
         block_nnz = block_groups * nnz_per_group
-        block_start = segment(bounds, work_block * block_groups, nnz_per_group, nnz)[0]
-        block_end = segment(bounds, (work_block + 1) * block_groups - 1, nnz_per_group, nnz)[1]
+        if not balanced:  # (balanced: the block's bounds are loaded where the merge needs them)
+            block_start = segment(bounds, work_block * block_groups, nnz_per_group, nnz)[0]
+            block_end = segment(bounds, (work_block + 1) * block_groups - 1, nnz_per_group, nnz)[1]
         slot = bg * tile + glane * width  # this lane's part of the group's partial row
         j = cuda.blockIdx.y * tile + glane * vec
         n = C.shape[1]
@@ -1011,6 +1012,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                                 acc[v] = combine(reduce_code, acc[v], partials[h * tile + glane * width + v])
                         h += 1
                     if active:  # (finish_row takes C's row: it only stores there)
+                        if balanced:  # (loaded here rather than kept live through the loop)
+                            block_start = segment(bounds, work_block * block_groups, nnz_per_group, nnz)[0]
+                            block_end = segment(bounds, (work_block + 1) * block_groups - 1, nnz_per_group, nnz)[1]
                         finish_row(C, parts, received, bounds, c_row(remap, nnz, row), row_start, row_end, block_start,
                                    block_end, work_block, block_nnz, order_inverse, j, acc)
 
@@ -1141,7 +1145,7 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
     if balanced:
         bounds, group_rows, fill_rows = balanced_segments(A, grid[0], block_groups)
     else:
-        bounds = A.cache.get_or_build("plans", ("no bounds",), lambda: cuda.device_array(1, np.int64))
+        bounds = A.cache.get_or_build("plans", ("no bounds",), lambda: cuda.device_array(1, A.index_dtype))
         group_rows = pattern_fact(A, "segment_rows", nnz_per_group, shuffled=shuffled)
         fill_rows = (pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
                      if not single and merges_in_block(code) else None)
@@ -1158,10 +1162,11 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
 
 def balanced_segments(A, blocks, block_groups):
     """(bounds, group_rows, rows_to_fill) of :func:`numbasparse.preprocess.rows.balanced_segments`
-    for A's rows in ``blocks`` blocks of ``block_groups`` groups: the first two on the device, the
-    rows crossing blocks or empty (None if none) too; once per pattern and grid, in A's cache."""
+    for A's rows in ``blocks`` blocks of ``block_groups`` groups, on the device in A's index dtype
+    (32-bit bounds where they fit: fewer registers), the rows crossing blocks or empty None if
+    none; once per pattern and grid, in A's cache."""
     def build():
-        bounds = row_prep.balanced_segments(A.host_indptr, blocks, block_groups, ROW_END_COST)
+        bounds = row_prep.balanced_segments(A.host_indptr, blocks, block_groups, ROW_END_COST).astype(A.index_dtype)
         groups = blocks * block_groups
         starts = bounds[:groups + 1]
         group_rows = row_prep.segment_rows_at(A.host_indptr, starts[:-1], A.index_dtype)
