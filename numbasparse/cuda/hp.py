@@ -111,50 +111,21 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: at 17.0 (wiki-vote directed), 0.88-0.97x at 21.1 (ca-AstroPh); on longer rows 0.78-1.04x,
 #: slower in 22 of 24 cases.
 SINGLE_MAX_MEAN_ROW = 18
-#: HP-SpMM's blocks take their chunks of nonzeros in the order (:func:`order_blocks`: in order,
-#: reversed or scattered) whose predicted grid time is lowest, by a factor of ORDER_MIN_GAIN or
-#: more against the order of A's rows (:func:`numbasparse.preprocess.rows.grid_time`: a chunk
-#: costs its entries plus ROW_END_COST entries' work per row ending in it, its block starting when
-#: the work dispatched before it, spread over a wave of blocks, is done).  Blocks of the same
-#: entries cost more where their rows are short (each row end is a store and a dependent
-#: ``indptr`` load), and where the ids sort rows by length those blocks run together: last with
-#: hubs first (the grid waits on them), first with hubs last (the grid's tail is short).
-#: Measured (H200, float32 sum, filled launch, N = 64..256, kernel time, BENCHMARKS.md "HP-SpMM's
-#: blocks in the order of their predicted cost"): over 90 cases (10 shared and 4 held-out
-#: synthetic graphs, own ids, rows by decreasing and by increasing length) the predicted order
-#: ran 0.994 of the per-case best of the three (geomean; worst 0.89x), in order always 0.919,
-#: reversed always 0.937, scattered always 0.916; the decisions are the same for a row end costing
-#: 1 to 8 entries.  A profile (Nsight Compute, coauthor-cs by decreasing length, single launch,
-#: N = 128) shows the mechanism: the same instructions, SMs busy 63% of the kernel's cycles
-#: against 82% with its rows shuffled.
-ROW_END_COST, ORDER_MIN_GAIN = 2, 1.05
+#: HP-SpMM's lane groups take segments of equal predicted work rather than equal entries
+#: (:func:`numbasparse.preprocess.rows.balanced_segments`, the rule wherever A's own rows run in
+#: order): an entry's work plus ROW_END_COST entries' work per row ending in the segment.  Blocks
+#: of the same entries cost more where their rows are short (each row end is a store and a
+#: dependent ``indptr`` load), and where they run last the grid waits on them: Nsight Compute on
+#: coauthor-cs with its rows by decreasing length (single launch, N = 128, equal entries) found the
+#: same instructions as on its rows shuffled, but SMs busy 63% of the kernel's cycles against
+#: 82%.  Measured (H200, sum, N = 128 / 256, kernel time, BENCHMARKS.md "HP-SpMM's segments of
+#: equal predicted work"): 15 shared graphs in their own ids and with rows by decreasing and
+#: increasing length, a row end costing 1, 2 and 4 entries: 4 ran fastest (float32 1.100x the
+#: rules of equal entries, 90 cases; bfloat16 1.240x, 36 cases), 1 slowest.  The other block
+#: orders (BLOCK_ORDERS: the filled launch reversed or scattered, :func:`order_stride`) and A's rows
+#: shuffled (``shuffled``) stay for the tuner, on equal entries.
+ROW_END_COST = 4
 BLOCK_ORDERS = ("in_order", "reversed", "scattered")
-#: The single launch takes another block order only scattered, only on long rows and where no
-#: row spans more than SCATTER_MAX_SPAN blocks after its first (:func:`order_blocks`).
-#: Measured (H200, sum, N = 64..256, kernel time, BENCHMARKS.md "The single launch in a
-#: scattered order"): bfloat16 (single launch) on
-#: five long-row graphs by degree ran 0.95-1.33x as fast scattered (amazon-photo and fb100
-#: 1.16-1.33x; their spans 2-12 blocks); float32 single launches on short rows by degree
-#: 0.88-1.19x; nell (rows of 4, spans of 35-71 blocks) 0.67-0.98x in any order.  nell is
-#: excluded as short rows already: the span cap guards a mechanism (a long look-back left to
-#: the end of the grid) that no measured long-row case reaches.
-SCATTER_MAX_SPAN = 32
-#: The single launch on short rows (:func:`short_rows`) takes A's rows in a seeded random order
-#: (:func:`shuffle_rows`; the entries stay in place, read through a map) where rows in a random
-#: order have a predicted grid time (as for :func:`order_blocks`, every chunk at the mean cost)
-#: SHUFFLE_MIN_GAIN times shorter than A's order, and the non-empty rows average
-#: SHUFFLE_MIN_MEAN_ROW entries or more.  The map costs up to 14% (5% geomean) where the order
-#: does not matter (rows shuffled beforehand; H200, sum, N = 128 / 256, float32 and bfloat16,
-#: kernel time; BENCHMARKS.md "Rows shuffled in the single launch"), most on rows of a few
-#: entries (nell, pubmed: 0.82-1.05x by degree), which the mean-row bound leaves in order; the
-#: predicted gain must exceed that cost.  Where rows come by increasing length, the blocks of
-#: short rows run first already and the map only costs (0.84-0.93x measured).  Measured
-#: (BENCHMARKS.md "HP-SpMM's blocks in the order of their predicted cost"; 5 shared and 4
-#: held-out synthetic graphs of short rows, own ids and rows by length both ways, more than a
-#: wave): the 32 picks ran 1.118x as fast as A's order (geomean; worst 0.89x, wiki-vote
-#: directed by degree, whose hub rows span several chunks, so its chunks stay unequal in any row
-#: order).  The mean-row bound was read off the measured graphs.
-SHUFFLE_MIN_GAIN, SHUFFLE_MIN_MEAN_ROW = 1.2, 8
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
 #: (WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
@@ -334,34 +305,6 @@ def zeroed_single(empty_rows_per_group):
     return empty_rows_per_group > MAX_ZEROED_ROWS
 
 
-def order_blocks(A, block_nnz, gathered_bytes, single=False):
-    """The order in which HP-SpMM's blocks take their chunks of ``block_nnz`` nonzeros (one of
-    BLOCK_ORDERS): the one of lowest predicted grid time (:func:`predicted_time`), where it is
-    ORDER_MIN_GAIN times below A's own order's.  Reversed (the filled launch only): a graph
-    numbered by degree, hubs first, runs its blocks of short rows first.  Scattered
-    (:func:`coprime_stride`): every wave mixes long and short rows; only where the blocks fill
-    more than a wave and the gathered operand (``gathered_bytes``: one column tile of B), which
-    scattered blocks in flight read all over, takes at most WINDOW_L2_SHARE of L2 (past it the
-    order's own locality is what keeps B rows in L2: a degree-ranked graph whose tile took 98% of
-    L2 ran 2.5% slower scattered; reversed blocks keep their neighbours).  The ``single`` launch
-    takes only the scattered order, only on graphs of long rows (not :func:`short_rows`: there it
-    runs for a 16-bit C, and short rows take :func:`shuffle_rows` instead) and only where no row
-    spans more than SCATTER_MAX_SPAN blocks after its first: out of order, a row's finishing block
-    is the one of its blocks that starts last, near the end of the grid, and its look-back (one
-    L2 round trip per part) is no longer hidden behind other blocks' work."""
-    wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
-    orders = [] if single else ["reversed"]
-    if (blocks > wave and gathered_bytes <= WINDOW_L2_SHARE * device.memory_system()[0]
-            and not (single and (short_rows(A.nnz, pattern_fact(A, "nonempty_rows"))
-                                 or pattern_fact(A, "crossing_span", block_nnz) > SCATTER_MAX_SPAN))):
-        orders.append("scattered")
-    if not orders or blocks < 3:
-        return "in_order"
-    best = min(orders, key=lambda order: predicted_time(A, block_nnz, order))
-    own = predicted_time(A, block_nnz, "in_order")
-    return best if own >= ORDER_MIN_GAIN * predicted_time(A, block_nnz, best) else "in_order"
-
-
 def predicted_time(A, block_nnz, order, mixed=False):
     """The grid time :func:`numbasparse.preprocess.rows.grid_time` predicts for HP-SpMM's blocks
     of ``block_nnz`` nonzeros taking their chunks in ``order`` over a wave (:func:`full_wave`),
@@ -397,32 +340,6 @@ def coprime_stride(blocks):
     while math.gcd(stride, blocks) != 1:
         stride += 1
     return stride
-
-
-def shuffle_rows(A, single, lanes, block_nnz, gathered_bytes):
-    """Whether HP-SpMM's single launch takes A's rows in a seeded random order
-    (:func:`numbasparse.preprocess.rows.shuffled_rows`: the kernel reads each entry through a
-    map and stores each row to its own place in C): on graphs of short rows, SHUFFLE_MIN_MEAN_ROW
-    entries or more on average, where the predicted grid time of rows in a random order
-    (:func:`predicted_time`) is SHUFFLE_MIN_GAIN times below A's order's: as where degree-ranked
-    dumps number hubs first, so that the blocks of rows of a few entries run last and the grid
-    waits on them (up to 1.4x slower than the same rows in random order; scattering whole blocks
-    does not recover it on short rows).  The map costs a load per chunk of entries and per row
-    end, so rows of a few entries keep their order.  Only where a group is a whole warp (narrower groups share
-    a warp and wait for each other at every row end, which shuffled rows make unequal), where the
-    grid fills more than a wave, where the gathered operand (``gathered_bytes``: one column tile
-    of B) takes at most WINDOW_L2_SHARE of L2 (shuffled rows in flight read all of it: past that
-    the ids' own order is what keeps B rows in L2, as for :func:`order_blocks`), and for fewer
-    than 2**31 entries and rows (a 32-bit map)."""
-    wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
-    if (not single or lanes != WARP or blocks <= wave or not row_map_fits(A)
-            or gathered_bytes > WINDOW_L2_SHARE * device.memory_system()[0]):
-        return False
-    mean = mean_row(A.nnz, pattern_fact(A, "nonempty_rows"))
-    if not SHUFFLE_MIN_MEAN_ROW <= mean < SINGLE_MAX_MEAN_ROW:
-        return False
-    own = predicted_time(A, block_nnz, "in_order")
-    return own >= SHUFFLE_MIN_GAIN * predicted_time(A, block_nnz, "in_order", mixed=True)
 
 
 def row_map_fits(A):
@@ -764,7 +681,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
 
     Block b's groups are those of chunk ``b * order_stride % gridDim.x`` of the nonzeros: in
     order for a stride of 1, reversed or scattered for another stride coprime to the grid
-    (:func:`order_blocks`);
+    (:func:`order_stride`, the tuner's alternatives to balanced segments);
     ``order_inverse`` is the stride's inverse modulo the grid (chunk to block, for the
     look-back).  ``strided`` (single launch only): compiled for a stride other than 1; the single
     launch in order ignores both arguments (its look-back's search would cost registers).
@@ -782,7 +699,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     rows costs a group one dependent ``indptr`` load a row otherwise: :func:`zeroed_single`).
 
     ``mapped`` (single launch only): the kernel works on A's rows in another order
-    (:func:`shuffle_rows`): ``indptr`` and ``group_rows`` are that order's, entry p of it is
+    (:func:`shuffled_rows`, an alternative the tuner tries): ``indptr`` and ``group_rows`` are that order's, entry p of it is
     A's entry ``remap[p]`` and its row r is C's row ``remap[nnz + r]``.  Otherwise ``remap``
     is not read.
 
@@ -878,6 +795,10 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     # single launch, whose extra state would spill under the cap
     capped = reduce_code == reductions.SUM and value_dtype == "<f4" and width == 8 and not single
     options = {"max_registers": MAX_REGISTERS} if capped and not config.ENABLE_CUDASIM else {}
+    # balanced segments' block bounds are loads: read where the merge needs them, not kept live
+    # through the loop (single launch, float32 at 4 values a lane: 67-71 -> 64 registers), but
+    # for float32 at 8 values a lane, where ptxas then allocates 85 against 80 read first
+    late_bounds = balanced and not (value_dtype == "<f4" and width == 8)
 
     @cuda.jit(device=True, inline="always")
     def finish_row(C, parts, received, bounds, row, row_start, row_end, lo, hi, chunk, block_nnz, order_inverse, j,
@@ -917,7 +838,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
         group_id = work_block * block_groups + bg
         seg_start, seg_end = segment(bounds, group_id, nnz_per_group, nnz)
         block_nnz = block_groups * nnz_per_group
-        if not balanced:  # (balanced: the block's bounds are loaded where the merge needs them)
+        if not late_bounds:
             block_start = segment(bounds, work_block * block_groups, nnz_per_group, nnz)[0]
             block_end = segment(bounds, (work_block + 1) * block_groups - 1, nnz_per_group, nnz)[1]
         slot = bg * tile + glane * width  # this lane's part of the group's partial row
@@ -1012,7 +933,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
                                 acc[v] = combine(reduce_code, acc[v], partials[h * tile + glane * width + v])
                         h += 1
                     if active:  # (finish_row takes C's row: it only stores there)
-                        if balanced:  # (loaded here rather than kept live through the loop)
+                        if late_bounds:
                             block_start = segment(bounds, work_block * block_groups, nnz_per_group, nnz)[0]
                             block_end = segment(bounds, (work_block + 1) * block_groups - 1, nnz_per_group, nnz)[1]
                         finish_row(C, parts, received, bounds, c_row(remap, nnz, row), row_start, row_end, block_start,
@@ -1068,7 +989,7 @@ def _shuffled_order(A):
 
 def shuffled_rows(A):
     """A's rows in :func:`numbasparse.preprocess.rows.shuffled_rows`' seeded order, as the
-    mapped kernel (:func:`shuffle_rows`) reads them: (that order's ``indptr``, in A's index dtype;
+    mapped kernel (``spmm_hp(..., shuffled=True)``) reads them: (that order's ``indptr``, in A's index dtype;
     ``remap``, int32) on the device, uploaded once per pattern, in A's cache."""
     def build():
         indptr, remap = _shuffled_order(A)
@@ -1118,26 +1039,19 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
                                pattern_fact(A, "crossing_span", block_groups * nnz_per_group),
                                pattern_fact(A, "empty_rows_per_group", nnz_per_group))
     single = bool(single)
-    tile_bytes = A.shape[1] * lanes * vec * cf * B.dtype.itemsize
-    if shuffled is None:  # (and the single launch's own limits hold on the shuffled rows: no memset of C)
-        shuffled = (shuffle_rows(A, single, lanes, block_groups * nnz_per_group, tile_bytes)
-                    and single_launch(mean_row(A.nnz, pattern_fact(A, "nonempty_rows")),
-                                      pattern_fact(A, "crossing_span", block_groups * nnz_per_group, shuffled=True),
-                                      pattern_fact(A, "empty_rows_per_group", nnz_per_group, shuffled=True)))
-    elif shuffled and (not single or not row_map_fits(A)):
+    if shuffled and (not single or not row_map_fits(A)):
         raise ValueError("shuffled rows take the single launch and fewer than 2**31 entries and rows")
     shuffled = bool(shuffled)
     if zeroed is None:  # (only the single launch zeroes empty rows itself)
         zeroed = single and zeroed_single(pattern_fact(A, "empty_rows_per_group", nnz_per_group, shuffled=shuffled))
     zeroed = single and bool(zeroed)
-    if balanced is None:
-        balanced = False
-    elif balanced and (shuffled or block_order not in (None, "in_order")):
+    in_order = block_order is None or block_order == "in_order"
+    if balanced is None:  # the rule: segments of equal predicted work wherever A's own rows run in order
+        balanced = not shuffled and in_order
+    elif balanced and not (in_order and not shuffled):
         raise ValueError("balanced segments take A's own rows in order (shuffled=False, block_order='in_order')")
     balanced = bool(balanced)
-    if block_order is None:  # (shuffled rows are in no order to correct; balanced blocks cost the same)
-        block_order = "in_order" if shuffled or balanced else order_blocks(A, block_groups * nnz_per_group,
-                                                                             tile_bytes, single)
+    block_order = block_order or "in_order"
     stride = order_stride(grid[0], block_order)
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, single,
                             None if out_fmt == fmt else out_fmt, accumulate, single and block_order != "in_order",
@@ -1202,11 +1116,12 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
 
     Overrides of the rules, for tools and tests: ``nnz_per_group`` (DTP), ``lanes`` (group
     size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode),
-    ``block_order`` (one of BLOCK_ORDERS, :func:`order_blocks`), ``zeroed`` (the single launch after a
-    memset of C, :func:`zeroed_single`), ``shuffled`` (the single launch on the rows in a random
-    order, :func:`shuffle_rows`; True implies ``single=True``, and ``single=False`` with it is a
-    ValueError), ``balanced`` (segments of equal predicted work rather than equal entries,
-    :func:`numbasparse.preprocess.rows.balanced_segments`; with A's rows in order only).
+    ``balanced`` (the rule: segments of equal predicted work, ROW_END_COST, rather than equal
+    entries; False: equal entries), and on equal entries ``block_order`` (one of BLOCK_ORDERS,
+    :func:`order_stride`) and ``shuffled`` (the single launch on the rows in a seeded random
+    order read through a map, :func:`shuffled_rows`; True implies ``single=True``, and
+    ``single=False`` with it is a ValueError; either with ``balanced=True`` is a ValueError), and
+    ``zeroed`` (the single launch after a memset of C, :func:`zeroed_single`).
 
     ``accumulate``: C += A B (sum into a float32 or float64 C, the filled kernel without its
     fill, every row added atomically): how a product split by columns adds its parts.
@@ -1376,9 +1291,8 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_run
 def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
-    single launch, which ``auto`` takes for it, in order and scattered, each also after a memset of
-    C: :func:`zeroed_single`; the single launch on shuffled rows, :func:`shuffle_rows`, for whole
-    warps at their depth), the wide tiles of :func:`wide_tiles` and, once per call with
+    single launch, which ``auto`` takes for it, also after a memset of C: :func:`zeroed_single`),
+    all on balanced segments (ROW_END_COST), the wide tiles of :func:`wide_tiles` and, once per call with
     ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and
     float64) the accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
@@ -1390,19 +1304,12 @@ def precompile_variants(A, B, X, reduce):
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # auto writes a 16-bit C by the single launch
-            spmm_hp(A, B, C, reduce, depth=depth, single=single, block_order="in_order", zeroed=False,
-                    shuffled=False)
-        if lanes == WARP and depth == gather_depth(1, 1, vec * cf, C.dtype.itemsize, lanes):  # whole warps' depth
-            spmm_hp(A, B, C, reduce, depth=depth, single=True, block_order="in_order", zeroed=False, shuffled=True)
-        if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`order_blocks`),
-            # and runs after a memset of C on graphs of long runs of empty rows (:func:`zeroed_single`)
-            for order, zeroed in (("scattered", False), ("in_order", True), ("scattered", True)):
-                spmm_hp(A, B, C, reduce, depth=depth, single=True, block_order=order, zeroed=zeroed,
-                        shuffled=False)
+            spmm_hp(A, B, C, reduce, depth=depth, single=single, zeroed=False)
+        if half:  # after a memset of C on graphs of long runs of empty rows (:func:`zeroed_single`)
+            spmm_hp(A, B, C, reduce, depth=depth, single=True, zeroed=True)
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):
-            spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single, shuffled=False)
-        spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=True, shuffled=True)
+            spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single)
         if reduce == "sum":  # and accumulating (dispatch.spmm_add)
             spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, accumulate=True)
     if reduce == "sum":

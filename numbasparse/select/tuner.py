@@ -6,11 +6,9 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
   is the fastest of a set that holds auto's, so it is never one that timed slower than auto's;
 - HP-SpMM around its rules: DTP's nonzeros per group halved and doubled, the other gather
   depth (not for lanes of 8 values, which would spill), the other launch mode (the filled launch
-  writes a 16-bit C through a float32 workspace and a rounding pass), the single launch in its
-  other block order (scattered or in order) and the filled launch in each block order the rule did
-  not take, in all three where the rule takes the single launch
-  (:func:`numbasparse.cuda.hp.order_blocks`), the single launch on the other row order (A's rows
-  shuffled where the rule keeps them, A's own where it shuffles: :func:`numbasparse.cuda.hp.shuffle_rows`),
+  writes a 16-bit C through a float32 workspace and a rounding pass), segments of equal entries instead of the rule's of equal predicted work
+  (:data:`numbasparse.cuda.hp.ROW_END_COST`): the filled launch in each block order, the single
+  launch in order and scattered and on A's rows shuffled (:func:`numbasparse.cuda.hp.shuffled_rows`),
   and where whole-warp groups cover N in several column tiles, tiles of
   twice the columns (or, where the rule took those, :func:`numbasparse.cuda.hp.wide_tiles`, the
   narrow ones); HP-SDDMM: lane
@@ -160,7 +158,7 @@ def cache_path():
 
 #: Part of every cache key: raise it when the schedule space, a family's parameters or the way a
 #: choice is made change, so that choices made otherwise are timed again.
-SPACE_VERSION = 12
+SPACE_VERSION = 13
 
 
 def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", families=None):
@@ -170,7 +168,7 @@ def cache_key(device_name, signature, n_cols, dtype, op="spmm", reduce="sum", fa
 
 
 #: The parameters each family's launcher takes (a stored choice with others is not used).
-PARAMETERS = {("spmm", "hp"): {"nnz_per_group", "depth", "single", "layout", "block_order", "shuffled"},
+PARAMETERS = {("spmm", "hp"): {"nnz_per_group", "depth", "single", "layout", "block_order", "shuffled", "balanced"},
               ("sddmm", "hp"): {"group", "nnz_per_warp"}, ("spmm", "slab"): set(), ("spmm", "hc"): {"mode"}}
 
 
@@ -302,14 +300,15 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             if rule != "hp":
                 ranked.append(Candidate.of("hp"))
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
-            if plan.single:  # the single launch's other block order (its look-back follows any), on A's
-                other = "scattered" if plan.block_order == "in_order" else "in_order"
-                ranked.append(Candidate.of("hp", single=True, block_order=other, shuffled=False))  # own rows
-                # and its other row order (hp.shuffle_rows: A's rows in a random order, read through a map)
+            # equal entries per segment instead of balanced ones (hp.ROW_END_COST): the filled launch in
+            # every block order, the single launch in order and scattered (its look-back follows any)
+            # and on A's rows in a random order read through a map (hp.shuffled_rows)
+            if plan.single:
+                ranked += [Candidate.of("hp", single=True, balanced=False, block_order=order, shuffled=False)
+                           for order in ("in_order", "scattered")]
                 if hp.row_map_fits(A):
-                    ranked.append(Candidate.of("hp", single=True, shuffled=not plan.shuffled))
-            ranked += [Candidate.of("hp", single=False, block_order=order) for order in hp.BLOCK_ORDERS
-                       if plan.single or order != plan.block_order]  # the filled launch in the other orders
+                    ranked.append(Candidate.of("hp", single=True, shuffled=True))
+            ranked += [Candidate.of("hp", single=False, balanced=False, block_order=order) for order in hp.BLOCK_ORDERS]
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
             # half the columns, whichever the rule (hp.wide_tiles) did not take
             if lanes == hp.WARP and cf == 2:  # (whole-warp groups take two vectors only as wide tiles)

@@ -9,7 +9,6 @@ from numba.cuda import config
 
 from numbasparse import CSR, dispatch
 from numbasparse.cuda import device, hp, launch
-from numbasparse.preprocess import rows as row_prep
 from numbasparse.reference import sddmm_reference, spmm_reference
 from strategies import N_COLS, assert_close, graphs, random_dense, sddmm_scale, spmm_scale
 
@@ -601,53 +600,6 @@ def test_shuffled_rows_take_the_single_launch_only():
         hp.spmm_hp(dev, B, C, "sum", single=False, shuffled=True)
 
 
-def test_rows_shuffle_where_short_rows_are_sorted_by_length_in_whole_warps_and_b_is_small(monkeypatch):
-    """A graph of short rows (8.9 on average) whose ids put its long rows first takes the single
-    launch on shuffled rows at N = 128 (groups of a whole warp); not at N = 32 (narrow groups),
-    not in the filled launch, not in random order, not with long rows last, not on rows of 3, not
-    with a tile of B past a third of L2, not in one wave of blocks, and not on long rows."""
-    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 800)  # (1.4 waves)
-    monkeypatch.setattr(device, "memory_system", lambda: (2 << 20, 3.35e12))
-    rng = np.random.default_rng(0)
-
-    def matrix(lengths, order):
-        rows = np.repeat(np.arange(lengths.size), lengths[order])
-        cols = rng.integers(0, 1000, rows.size)
-        return sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)), shape=(lengths.size, 1000))
-
-    def plan(A, n=128, single=None):
-        dev = CSR.from_scipy(A, dtype=np.float32)
-        B, C = cuda.device_array((A.shape[1], n), np.float32), cuda.device_array((A.shape[0], n), np.float32)
-        return hp._spmm_plan(dev, 0, n, B, C, 4, None, None, None, single)
-
-    lengths = np.concatenate([np.full(1000, 16), np.full(1000, 2)])  # long rows first, mean row 8.9
-    sorted_rows = matrix(lengths, np.arange(lengths.size))
-    taken = plan(sorted_rows)
-    assert taken.single and taken.shuffled and taken.order_stride == 1
-    assert not plan(sorted_rows, n=32).shuffled  # groups of 8 lanes
-    assert not plan(sorted_rows, single=False).shuffled
-    assert not plan(matrix(lengths, rng.permutation(lengths.size))).shuffled
-    assert not plan(matrix(lengths, np.arange(lengths.size)[::-1])).shuffled  # short rows run first
-    short = np.concatenate([np.full(20, 60), np.full(1600, 3)])  # mean row 3.7: the map costs more
-    assert not plan(matrix(short, np.arange(short.size))).shuffled
-    monkeypatch.setattr(hp, "SINGLE_MAX_MEAN_ROW", 5)  # the same rows as long ones
-    assert not plan(sorted_rows).shuffled
-    monkeypatch.setattr(hp, "SINGLE_MAX_MEAN_ROW", 18)
-    monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
-    assert not plan(sorted_rows).shuffled  # B: 1000 rows x 512 bytes, past a third of L2
-    monkeypatch.setattr(device, "memory_system", lambda: (2 << 20, 3.35e12))
-    # where the shuffled rows break a limit of the single launch that A's own keep (hp.single_launch
-    # on the shuffled rows), A's order stays:
-    gaps = matrix(np.concatenate([np.full(1000, 16), np.tile(np.r_[2, np.zeros(10, int)], 1000)]),  # runs of
-                  np.arange(1000 + 11 * 1000))  # empty rows that, shuffled, a group would zero one by one
-    assert row_prep.empty_rows_per_group(gaps.indptr, 4) <= hp.MAX_ZEROED_ROWS
-    assert row_prep.empty_rows_per_group(row_prep.shuffled_rows(gaps.indptr)[0], 4) > hp.MAX_ZEROED_ROWS
-    own = plan(gaps)
-    assert own.single and not own.shuffled and not own.zeroed
-    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
-    assert not plan(sorted_rows).shuffled
-
-
 @pytest.mark.parametrize("case", ["bfloat16", "float64 int64"])
 def test_scattered_single_launch_of_16_bit_values_and_int64_indices_over_column_tiles(case):
     """The single launch in a scattered order, as auto takes it for 16-bit values (C rounded
@@ -734,51 +686,26 @@ def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
             assert blocks / 4 < abs(int(order[1]) - int(order[0])) < 3 * blocks / 4
 
 
-def test_blocks_take_the_order_of_least_predicted_time(monkeypatch):
-    """A graph whose ids put its long rows first runs its blocks reversed in the filled launch
-    (the blocks of short rows, which cost more, first); the same rows by increasing length or
-    shuffled keep their order, and with every block resident at once (slots far beyond the grid)
-    every order takes as long.  Of the other orders
-    the single launch takes only the scattered one, only on long rows that span few blocks and
-    with a tile of B within a third of L2, which the filled launch needs only to scatter."""
-    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 32)
-    monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
+def test_the_rule_takes_balanced_segments_unless_another_order_is_asked_for():
+    """Without overrides every launch mode runs on segments of equal predicted work, in order;
+    a block order other than in order, or A's rows shuffled, run on segments of equal entries."""
     rng = np.random.default_rng(0)
-    lengths = np.concatenate([np.full(40, 60), np.full(600, 4)])  # hubs first: 75 blocks of 64 entries
-    def matrix(order):
-        rows = np.repeat(np.arange(lengths.size), lengths[order])
-        cols = rng.integers(0, lengths.size, rows.size)
-        return sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)), shape=(lengths.size,) * 2)
-    def plan(A, n=32, single=False):
+    lengths = np.concatenate([np.full(40, 60), np.full(600, 4)])  # hubs first
+    rows = np.repeat(np.arange(lengths.size), lengths)
+    A = sp.csr_matrix((rng.standard_normal(rows.size), (rows, rng.integers(0, 640, rows.size))), shape=(640, 640))
+
+    def plan(**options):
         dev = CSR.from_scipy(A, dtype=np.float32)
-        B, C = cuda.device_array((A.shape[1], n), np.float32), cuda.device_array((A.shape[0], n), np.float32)
-        return hp._spmm_plan(dev, 0, n, B, C, 4, None, None, None, single)
-    hubs_first = matrix(np.arange(lengths.size))
-    assert plan(hubs_first).block_order == "reversed"
-    assert plan(hubs_first).order_stride == plan(hubs_first).grid[0] - 1
-    assert plan(matrix(np.arange(lengths.size)[::-1])).block_order == "in_order"  # hubs last
-    assert plan(matrix(rng.permutation(lengths.size))).block_order == "in_order"
-    assert plan(hubs_first, single=True).block_order == "in_order"  # short rows (mean 7.5)
-    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
-    assert plan(hubs_first).block_order == "in_order"
-    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 32)
-    times = {"in_order": 2.0, "reversed": 1.0, "scattered": 1.5}  # (the rule's logic, not the model)
-    monkeypatch.setattr(hp, "predicted_time", lambda A, block_nnz, order, mixed=False: times[order])
-    monkeypatch.setattr(hp, "SINGLE_MAX_MEAN_ROW", 5)  # the same rows as long ones: the single launch scatters
-    assert plan(hubs_first, single=True).block_order == "scattered"
-    span_cap = hp.SCATTER_MAX_SPAN
-    monkeypatch.setattr(hp, "SCATTER_MAX_SPAN", 0)  # rows crossing blocks: a scattered look-back at the end
-    assert plan(hubs_first, single=True).block_order == "in_order"
-    monkeypatch.setattr(hp, "SCATTER_MAX_SPAN", span_cap)
-    times["reversed"] = 3.0
-    assert plan(hubs_first).block_order == "scattered"
-    monkeypatch.setattr(device, "memory_system", lambda: (200 << 10, 3.35e12))  # one tile of B, 640 rows
-    assert plan(hubs_first, single=True).block_order == "in_order"  # x 128 bytes: past a third of L2
-    assert plan(hubs_first).block_order == "in_order"
-    times["reversed"] = 1.0
-    assert plan(hubs_first).block_order == "reversed"  # (neighbours stay neighbours)
-    times["reversed"] = 1.95  # within ORDER_MIN_GAIN of A's order
-    assert plan(hubs_first).block_order == "in_order"
+        B, C = cuda.device_array((640, 32), np.float32), cuda.device_array((640, 32), np.float32)
+        return hp._spmm_plan(dev, 0, 32, B, C, 4, None, None, None, options.pop("single", None), **options)
+
+    for single in (None, True, False):
+        taken = plan(single=single)
+        assert taken.balanced and taken.block_order == "in_order" and not taken.shuffled and taken.order_stride == 1
+    assert plan(block_order="in_order").balanced
+    assert not plan(balanced=False).balanced
+    assert not plan(single=False, block_order="reversed").balanced
+    assert not plan(single=True, shuffled=True).balanced
 
 
 def test_an_unknown_block_order_is_refused_even_without_entries():

@@ -178,39 +178,21 @@ def test_hp_is_also_tried_with_the_narrow_tiles_where_the_rule_takes_wide_ones(m
     assert {dict(c.params).get("depth") for c in ranked if c.family == "hp"} <= {None, 1}  # depth 2 would spill
 
 
-def test_hp_is_also_tried_in_the_other_block_orders(monkeypatch):
-    from numbasparse import CSR
+def test_hp_is_also_tried_on_equal_entries_in_every_block_order_and_row_order(monkeypatch):
+    """The rule's segments are balanced; the tuner also times segments of equal entries: the
+    filled launch in every block order, the single launch in order and scattered and on A's rows
+    shuffled (where the rule takes the single launch; a 16-bit C takes it)."""
     from numbasparse.cuda import hp
 
     _, dev = _graph()
-    filled = {order: tuner.Candidate.of("hp", single=False, block_order=order) for order in hp.BLOCK_ORDERS}
-    ranked = tuner.candidates(dev, "spmm", 40, np.float32, device=H100)  # the rule: blocks in order
-    assert filled["scattered"] in ranked and filled["reversed"] in ranked
-    half = tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100)
-    assert {c for c in half if dict(c.params).get("block_order") is not None} == {  # a 16-bit C: the filled
-        tuner.Candidate.of("hp", single=True, block_order="scattered", shuffled=False),  # launch (through a
-        *filled.values()}  # float32 workspace) in every order; A's own rows
-    monkeypatch.setattr(hp, "single_launch", lambda *args: False)
-    monkeypatch.setattr(hp, "order_blocks", lambda *args: "reversed")  # the rule: the filled launch, reversed
-    dev = CSR.from_scipy(sp.random(300, 200, density=0.05, format="csr", random_state=1, dtype=np.float32))
-    ranked = tuner.candidates(dev, "spmm", 40, np.float32, device=H100)
-    assert filled["in_order"] in ranked and filled["scattered"] in ranked
-    assert filled["reversed"] not in ranked
-
-
-def test_hp_is_also_tried_on_the_other_row_order_in_the_single_launch(monkeypatch):
-    from numbasparse.cuda import hp
-
-    _, dev = _graph()
-    half = tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100)  # the single launch
-    assert tuner.Candidate.of("hp", single=True, shuffled=True) in half  # (the rule: A's own row order)
-    monkeypatch.setattr(hp, "shuffle_rows", lambda A, single, *args: single)  # wherever the single launch runs
-    half = tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100)
-    assert tuner.Candidate.of("hp", single=True, shuffled=False) in half
-    assert tuner.Candidate.of("hp", single=True, shuffled=True) not in half
+    filled = {tuner.Candidate.of("hp", single=False, balanced=False, block_order=order) for order in hp.BLOCK_ORDERS}
+    single = {tuner.Candidate.of("hp", single=True, balanced=False, block_order=order, shuffled=False)
+              for order in ("in_order", "scattered")} | {tuner.Candidate.of("hp", single=True, shuffled=True)}
+    half = set(tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100))
+    assert filled <= half and single <= half
     monkeypatch.setattr(hp, "single_launch", lambda *args: False)  # the filled launch: no row order to try
-    ranked = tuner.candidates(dev, "spmm", 40, np.float32, device=H100)
-    assert not any("shuffled" in dict(c.params) for c in ranked)
+    ranked = set(tuner.candidates(dev, "spmm", 40, np.float32, device=H100))
+    assert filled <= ranked and not any("shuffled" in dict(c.params) for c in ranked)
 
 
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
