@@ -121,11 +121,26 @@ SINGLE_MAX_MEAN_ROW = 18
 #: 82%.  Measured (H200, sum, N = 128 / 256, kernel time, BENCHMARKS.md "HP-SpMM's segments of
 #: equal predicted work"): 15 shared graphs in their own ids and with rows by decreasing and
 #: increasing length, a row end costing 1, 2 and 4 entries: 4 ran fastest (float32 1.100x the
-#: rules of equal entries, 90 cases; bfloat16 1.240x, 36 cases), 1 slowest.  The other block
-#: orders (BLOCK_ORDERS: the filled launch reversed or scattered, :func:`order_stride`) and A's rows
-#: shuffled (``shuffled``) stay for the tuner, on equal entries.
+#: rules of equal entries, 90 cases; bfloat16 1.240x, 36 cases), 1 slowest.  A's rows shuffled
+#: through a map (``shuffled``) stay for the tuner, on equal entries.
 ROW_END_COST = 4
+#: ... where HP-SpMM's lane groups are whole warps (narrower groups share a warp and run its loop
+#: together, so a warp's groups of unequal entries wait on the longest: through ``auto`` at
+#: N = 32 / 64, float32, balanced groups of 8 and 16 lanes ran 0.75-1.35x, geomean 0.99x), but not in
+#: the float32 single launch of 8 values a lane (N = 129..256 on short rows: 0.86-1.07x, slower on
+#: pubmed and coauthor-cs in their own ids; not profiled).  Elsewhere blocks of equal entries take
+#: their chunks in the order (:func:`order_blocks`: in order, reversed or scattered) whose predicted
+#: grid time (:func:`numbasparse.preprocess.rows.grid_time`, the same costs) is lowest, by a factor
+#: of ORDER_MIN_GAIN or more against A's own order (H200, filled launch, 90 cases: the predicted
+#: order ran at 0.994 of the per-case best of the three, BENCHMARKS.md "HP-SpMM's blocks in the
+#: order of their predicted cost").
+ORDER_MIN_GAIN = 1.05
 BLOCK_ORDERS = ("in_order", "reversed", "scattered")
+#: The single launch takes another block order only scattered, only on long rows and where no
+#: row spans more than SCATTER_MAX_SPAN blocks after its first (:func:`order_blocks`; measured:
+#: BENCHMARKS.md "The single launch in a scattered order": nell, spans of 35-71 blocks, ran
+#: 0.67-0.98x in any order).
+SCATTER_MAX_SPAN = 32
 #: Float32 products (every reduction) whose whole-warp groups of one 16-byte vector a lane would
 #: cover N in two column tiles (N = 132..256) take one tile of two vectors a lane
 #: (WIDE_TILE_VALUES values, 8 accumulators) where :func:`wide_tiles` holds: on graphs whose
@@ -303,6 +318,41 @@ def zeroed_single(empty_rows_per_group):
     includes the rows after the last entry, which the last group zeroes alone, by stores without
     loads but one row after another (isolated nodes numbered last; not measured)."""
     return empty_rows_per_group > MAX_ZEROED_ROWS
+
+
+def order_blocks(A, block_nnz, gathered_bytes, single=False):
+    """The order in which HP-SpMM's blocks take their chunks of ``block_nnz`` nonzeros (one of
+    BLOCK_ORDERS): the one of lowest predicted grid time (:func:`predicted_time`), where it is
+    ORDER_MIN_GAIN times below A's own order's.  Reversed (the filled launch only): a graph
+    numbered by degree, hubs first, runs its blocks of short rows first.  Scattered
+    (:func:`coprime_stride`): every wave mixes long and short rows; only where the blocks fill
+    more than a wave and the gathered operand (``gathered_bytes``: one column tile of B), which
+    scattered blocks in flight read all over, takes at most WINDOW_L2_SHARE of L2 (past it the
+    order's own locality is what keeps B rows in L2: a degree-ranked graph whose tile took 98% of
+    L2 ran 2.5% slower scattered; reversed blocks keep their neighbours).  The ``single`` launch
+    takes only the scattered order, only on graphs of long rows (not :func:`short_rows`: there it
+    runs for a 16-bit C) and only where no row
+    spans more than SCATTER_MAX_SPAN blocks after its first: out of order, a row's finishing block
+    is the one of its blocks that starts last, near the end of the grid, and its look-back (one
+    L2 round trip per part) is no longer hidden behind other blocks' work."""
+    wave, blocks = full_wave(), cdiv(A.nnz, block_nnz)
+    orders = [] if single else ["reversed"]
+    if (blocks > wave and gathered_bytes <= WINDOW_L2_SHARE * device.memory_system()[0]
+            and not (single and (short_rows(A.nnz, pattern_fact(A, "nonempty_rows"))
+                                 or pattern_fact(A, "crossing_span", block_nnz) > SCATTER_MAX_SPAN))):
+        orders.append("scattered")
+    if not orders or blocks < 3:
+        return "in_order"
+    best = min(orders, key=lambda order: predicted_time(A, block_nnz, order))
+    own = predicted_time(A, block_nnz, "in_order")
+    return best if own >= ORDER_MIN_GAIN * predicted_time(A, block_nnz, best) else "in_order"
+
+
+def balances(lanes, width, value_format, single):
+    """Whether HP-SpMM's rule takes balanced segments (ROW_END_COST) for groups of ``lanes``
+    lanes of ``width`` values each: whole warps, but not float32's single launch of 8 values a
+    lane."""
+    return lanes == WARP and not (single and value_format == "<f4" and width == 8)
 
 
 def predicted_time(A, block_nnz, order, mixed=False):
@@ -699,9 +749,9 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
     rows costs a group one dependent ``indptr`` load a row otherwise: :func:`zeroed_single`).
 
     ``mapped`` (single launch only): the kernel works on A's rows in another order
-    (:func:`shuffled_rows`, an alternative the tuner tries): ``indptr`` and ``group_rows`` are that order's, entry p of it is
-    A's entry ``remap[p]`` and its row r is C's row ``remap[nnz + r]``.  Otherwise ``remap``
-    is not read.
+    (:func:`shuffled_rows`, an alternative the tuner tries): ``indptr`` and ``group_rows`` are
+    that order's, entry p of it is A's entry ``remap[p]`` and its row r is C's row
+    ``remap[nnz + r]``.  Otherwise ``remap`` is not read.
 
     ``balanced`` (blocks in order, A's own rows): the groups' segments are those of
     :func:`numbasparse.preprocess.rows.balanced_segments`, of equal predicted work rather than
@@ -1046,12 +1096,14 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
         zeroed = single and zeroed_single(pattern_fact(A, "empty_rows_per_group", nnz_per_group, shuffled=shuffled))
     zeroed = single and bool(zeroed)
     in_order = block_order is None or block_order == "in_order"
-    if balanced is None:  # the rule: segments of equal predicted work wherever A's own rows run in order
-        balanced = not shuffled and in_order
+    if balanced is None:  # the rule (ROW_END_COST): whole-warp groups on A's own rows in order
+        balanced = not shuffled and in_order and balances(lanes, vec * cf, fmt, single)
     elif balanced and not (in_order and not shuffled):
         raise ValueError("balanced segments take A's own rows in order (shuffled=False, block_order='in_order')")
     balanced = bool(balanced)
-    block_order = block_order or "in_order"
+    if block_order is None:  # (shuffled rows are in no order to correct; balanced blocks cost the same)
+        block_order = "in_order" if shuffled or balanced else order_blocks(
+            A, block_groups * nnz_per_group, A.shape[1] * lanes * vec * cf * B.dtype.itemsize, single)
     stride = order_stride(grid[0], block_order)
     kernel = spmm_hp_kernel(code, lanes, vec, cf, fmt, A.indices.dtype.str, depth, single,
                             None if out_fmt == fmt else out_fmt, accumulate, single and block_order != "in_order",
@@ -1291,8 +1343,9 @@ def sddmm_hp(A, X, Y, out, *, stream=0, nnz_per_warp=None, group=None, skips_run
 def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
-    single launch, which ``auto`` takes for it, also after a memset of C: :func:`zeroed_single`),
-    all on balanced segments (ROW_END_COST), the wide tiles of :func:`wide_tiles` and, once per call with
+    single launch, which ``auto`` takes for it, in order and scattered, each also after a memset of
+    C: :func:`zeroed_single`), on balanced segments (:func:`balances`, whole warps) and equal
+    ones, the wide tiles of :func:`wide_tiles` and, once per call with
     ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and
     float64) the accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
@@ -1304,9 +1357,16 @@ def precompile_variants(A, B, X, reduce):
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # auto writes a 16-bit C by the single launch
-            spmm_hp(A, B, C, reduce, depth=depth, single=single, zeroed=False)
-        if half:  # after a memset of C on graphs of long runs of empty rows (:func:`zeroed_single`)
-            spmm_hp(A, B, C, reduce, depth=depth, single=True, zeroed=True)
+            for balanced in (True, False) if lanes == WARP else (False,):
+                spmm_hp(A, B, C, reduce, depth=depth, single=single, block_order="in_order", zeroed=False,
+                        shuffled=False, balanced=balanced)
+        if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`order_blocks`),
+            # and runs after a memset of C on graphs of long runs of empty rows (:func:`zeroed_single`)
+            for order, zeroed in (("scattered", False), ("in_order", True), ("scattered", True)):
+                spmm_hp(A, B, C, reduce, depth=depth, single=True, block_order=order, zeroed=zeroed,
+                        shuffled=False, balanced=False)
+            if lanes == WARP:
+                spmm_hp(A, B, C, reduce, depth=depth, single=True, zeroed=True, shuffled=False, balanced=True)
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):
             spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single)

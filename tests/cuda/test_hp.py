@@ -638,7 +638,7 @@ def test_the_stride_is_what_orders_the_blocks():
         C = cuda.to_device(np.zeros((40, 8), np.float32))  # (the filled launch adds to it)
         parts = cuda.to_device(np.zeros(flagged_words(2 * plan.grid[0] * 8, 4), np.uint64))
         launch.run(plan.kernel, plan.grid, hp.WARPS_PER_BLOCK * 32, 0, dev.indptr, dev.indices, dev.data,
-                   plan.group_rows, B, C, plan.nnz_per_group, parts, order, inverse, plan.remap)
+                   plan.group_rows, B, C, plan.nnz_per_group, parts, order, inverse, plan.remap, plan.bounds)
         return np.abs(C.copy_to_host() - expected).max()
 
     def plan(single, order):
@@ -674,7 +674,8 @@ def test_a_wrong_finishing_block_fails_on_the_simulator_instead_of_hanging():
     parts = cuda.to_device(np.zeros(flagged_words(2 * plan.grid[0] * 8, 4), np.uint64))
     with pytest.raises(RuntimeError, match="look-back"):
         launch.run(plan.kernel, plan.grid, hp.WARPS_PER_BLOCK * 32, 0, dev.indptr, dev.indices, dev.data,
-                   plan.group_rows, B, C, plan.nnz_per_group, parts, 1, plan.grid[0] - 1, plan.remap)
+                   plan.group_rows, B, C, plan.nnz_per_group, parts, 1, plan.grid[0] - 1, plan.remap,
+                   plan.bounds)
 
 
 def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
@@ -686,18 +687,19 @@ def test_coprime_stride_orders_every_block_once_and_spreads_neighbours():
             assert blocks / 4 < abs(int(order[1]) - int(order[0])) < 3 * blocks / 4
 
 
-def test_the_rule_takes_balanced_segments_unless_another_order_is_asked_for():
-    """Without overrides every launch mode runs on segments of equal predicted work, in order;
-    a block order other than in order, or A's rows shuffled, run on segments of equal entries."""
+def test_the_rule_takes_balanced_segments_for_whole_warps_unless_another_order_is_asked_for():
+    """Without overrides whole-warp groups run on segments of equal predicted work, in order, in
+    either launch mode; groups sharing a warp, a block order other than in order, or A's rows
+    shuffled, run on segments of equal entries."""
     rng = np.random.default_rng(0)
     lengths = np.concatenate([np.full(40, 60), np.full(600, 4)])  # hubs first
     rows = np.repeat(np.arange(lengths.size), lengths)
     A = sp.csr_matrix((rng.standard_normal(rows.size), (rows, rng.integers(0, 640, rows.size))), shape=(640, 640))
 
-    def plan(**options):
+    def plan(single=None, lanes=None, **options):
         dev = CSR.from_scipy(A, dtype=np.float32)
-        B, C = cuda.device_array((640, 32), np.float32), cuda.device_array((640, 32), np.float32)
-        return hp._spmm_plan(dev, 0, 32, B, C, 4, None, None, None, options.pop("single", None), **options)
+        B, C = cuda.device_array((640, 128), np.float32), cuda.device_array((640, 128), np.float32)
+        return hp._spmm_plan(dev, 0, 128, B, C, 4, lanes, None, None, single, **options)
 
     for single in (None, True, False):
         taken = plan(single=single)
@@ -706,6 +708,56 @@ def test_the_rule_takes_balanced_segments_unless_another_order_is_asked_for():
     assert not plan(balanced=False).balanced
     assert not plan(single=False, block_order="reversed").balanced
     assert not plan(single=True, shuffled=True).balanced
+    assert not plan(lanes=8).balanced  # groups sharing a warp
+    assert hp.balances(32, 4, "<f4", True) and hp.balances(32, 8, "bf16", True) and hp.balances(32, 8, "<f4", False)
+    assert not hp.balances(32, 8, "<f4", True) and not hp.balances(16, 4, "<f4", False)
+
+
+def test_blocks_take_the_order_of_least_predicted_time(monkeypatch):
+    """Segments of equal entries (groups of 8 lanes): a graph whose ids put its long rows first
+    runs its blocks reversed in the filled launch (the blocks of short rows, which cost more, first); the same rows by increasing length or
+    shuffled keep their order, and with every block resident at once (slots far beyond the grid)
+    every order takes as long.  Of the other orders
+    the single launch takes only the scattered one, only on long rows that span few blocks and
+    with a tile of B within a third of L2, which the filled launch needs only to scatter."""
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 32)
+    monkeypatch.setattr(device, "memory_system", lambda: (1 << 20, 3.35e12))
+    rng = np.random.default_rng(0)
+    lengths = np.concatenate([np.full(40, 60), np.full(600, 4)])  # hubs first: 75 blocks of 64 entries
+    def matrix(order):
+        rows = np.repeat(np.arange(lengths.size), lengths[order])
+        cols = rng.integers(0, lengths.size, rows.size)
+        return sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)), shape=(lengths.size,) * 2)
+    def plan(A, n=32, single=False):
+        dev = CSR.from_scipy(A, dtype=np.float32)
+        B, C = cuda.device_array((A.shape[1], n), np.float32), cuda.device_array((A.shape[0], n), np.float32)
+        return hp._spmm_plan(dev, 0, n, B, C, 4, None, None, None, single)
+    hubs_first = matrix(np.arange(lengths.size))
+    assert plan(hubs_first).block_order == "reversed"
+    assert plan(hubs_first).order_stride == plan(hubs_first).grid[0] - 1
+    assert plan(matrix(np.arange(lengths.size)[::-1])).block_order == "in_order"  # hubs last
+    assert plan(matrix(rng.permutation(lengths.size))).block_order == "in_order"
+    assert plan(hubs_first, single=True).block_order == "in_order"  # short rows (mean 7.5)
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 10 ** 6)
+    assert plan(hubs_first).block_order == "in_order"
+    monkeypatch.setattr(hp, "full_wave", lambda registers_per_thread=64: 32)
+    times = {"in_order": 2.0, "reversed": 1.0, "scattered": 1.5}  # (the rule's logic, not the model)
+    monkeypatch.setattr(hp, "predicted_time", lambda A, block_nnz, order, mixed=False: times[order])
+    monkeypatch.setattr(hp, "SINGLE_MAX_MEAN_ROW", 5)  # the same rows as long ones: the single launch scatters
+    assert plan(hubs_first, single=True).block_order == "scattered"
+    span_cap = hp.SCATTER_MAX_SPAN
+    monkeypatch.setattr(hp, "SCATTER_MAX_SPAN", 0)  # rows crossing blocks: a scattered look-back at the end
+    assert plan(hubs_first, single=True).block_order == "in_order"
+    monkeypatch.setattr(hp, "SCATTER_MAX_SPAN", span_cap)
+    times["reversed"] = 3.0
+    assert plan(hubs_first).block_order == "scattered"
+    monkeypatch.setattr(device, "memory_system", lambda: (200 << 10, 3.35e12))  # one tile of B, 640 rows
+    assert plan(hubs_first, single=True).block_order == "in_order"  # x 128 bytes: past a third of L2
+    assert plan(hubs_first).block_order == "in_order"
+    times["reversed"] = 1.0
+    assert plan(hubs_first).block_order == "reversed"  # (neighbours stay neighbours)
+    times["reversed"] = 1.95  # within ORDER_MIN_GAIN of A's order
+    assert plan(hubs_first).block_order == "in_order"
 
 
 def test_an_unknown_block_order_is_refused_even_without_entries():
