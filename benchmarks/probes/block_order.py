@@ -1,7 +1,7 @@
 """HP-SpMM on node orders that sort rows by length: which order costs (A's rows or its columns),
 HP's blocks in order against scattered and (``--reversed``) reversed (``hp.order_blocks``) in
-either launch, and the single launch on the rows shuffled through a map (``hp.shuffle_rows``,
-``single_shuffled``), sum,
+either launch, the single launch on the rows shuffled through a map (``single_shuffled``) and
+(``--balanced``) segments of equal predicted work (``hp.balances``: the rule for whole warps), sum,
 kernel time by CUPTI beside the slab kernel and cuSPARSE, each result checked against float64.
 
     python benchmarks/probes/block_order.py FOLDER --n 64,128,256 [--graphs a,b] [--copies deg,mix25] > OUT.jsonl
@@ -14,7 +14,9 @@ among themselves (``mixN``) or its rows shuffled (``shuf``), B unchanged.  ``--d
 16-bit operands (the single launch only; cuSPARSE in bfloat16 too, errors checked to 1e-2).
 ``--reversed``: also HP's blocks in reverse order (the costliest chunks first where rows end
 more densely towards the end).  ``--balanced``: also segments of equal predicted work
-(``spmm_hp(balanced=True)``) in either launch.  ``--orders``: instead, rows or columns (B's rows with them) shuffled or by degree
+(``spmm_hp(balanced=True)``) in either launch (the order variants run on equal entries),
+``--row-end-costs 1,4``: also balanced on those costs of a row end.  ``--orders``: instead, rows
+or columns (B's rows with them) shuffled or by degree
 (by decreasing row length, for the columns too: the two differ on directed graphs).
 One JSON line per case: the kernel times (µs), the plan's launch mode, block order, DTP and
 blocks, and the grid times ``hp.predicted_time`` gives each order (``predicted``; ``mixed``: the
@@ -122,7 +124,8 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
                 for order in orders:
                     variants[f"{'single' if single else 'filled'}_{order}"] = (
                         lambda single=single, order=order: hp.spmm_hp(dev, B, C, "sum", single=single,
-                                                                      block_order=order, shuffled=False))
+                                                                      block_order=order, shuffled=False,
+                                                                      balanced=False))
                 if args.balanced:
                     variants[f"{'single' if single else 'filled'}_balanced"] = (
                         lambda single=single: hp.spmm_hp(dev, B, C, "sum", single=single, block_order="in_order",

@@ -33,7 +33,7 @@ FAMILIES = {
     "hubs_1p8": (300_000, 20, 100, 0.5, 1.8, "random"),              # heavy hubs
     "large_sparse_30": (800_000, 30, 2000, 0.2, 2.5, "random"),      # many nodes, B past L2
     "large_sparse_30_ordered": (800_000, 30, 2000, 0.2, 2.5, "community"),
-    # short rows numbered by degree (HP's row-order rule, `hp.shuffle_rows`, was read off others)
+    # short rows numbered by degree (HP's block-order and balancing rules were read off others)
     "coauthor_like_14_by_degree": (35_000, 14, 600, 0.1, 2.8, "degree"),
     "short_10_by_degree": (150_000, 10, 300, 0.3, 2.2, "degree"),
     "short_10": (150_000, 10, 300, 0.3, 2.2, "random"),

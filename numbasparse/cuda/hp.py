@@ -3,13 +3,16 @@
 Every warp (for SpMM: every lane group of a warp) gets the same number of nonzeros, chosen by
 Dynamic Task Partition (:func:`spmm_nnz_per_group`, :func:`nnz_per_warp`), whatever rows they
 fall in, so a heavy row is spread over many warps and light rows are packed into one:
-edge-parallel balance with node-parallel accumulation.  Unlike the paper's hybrid CSR/COO
-format, no COO row array is stored: the row of each segment's first nonzero is found once on
-the host (:func:`numbasparse.preprocess.rows.segment_rows`) and a warp walks ``indptr`` from
-there as its nonzeros cross row ends.
+edge-parallel balance with node-parallel accumulation.  Where SpMM's groups are whole warps the
+segments carry the same predicted work instead, a row end counting as ROW_END_COST entries
+(:func:`numbasparse.preprocess.rows.balanced_segments`), so that blocks of short rows do not
+outlast the others.  Unlike the paper's hybrid CSR/COO format, no COO row array is stored: the
+row of each segment's first nonzero is found once on the host
+(:func:`numbasparse.preprocess.rows.segment_rows`) and a warp walks ``indptr`` from there as its
+nonzeros cross row ends.
 
-This module holds the family's launch rules (lane layout, gather depth, DTP, single launch,
-block order),
+This module holds the family's launch rules (lane layout, gather depth, DTP and balanced
+segments, single launch, block order),
 its plans (kept in the matrix's cache), the SpMM kernel built from named device-function
 parts (accumulate, store, row walk, cross-block look-back) and the SDDMM kernel.  Measurements
 behind the rules: BENCHMARKS.md, "HP-SpMM and HP-SDDMM".
