@@ -472,6 +472,21 @@ def test_blocks_out_of_order_give_the_same_product(reduce, single, zeroed, order
         assert not parts.copy_to_host().any()
 
 
+def _products_call_after_call(lengths, reduce, **options):
+    """Two products with fresh B (N = 32) on one device copy of rows of ``lengths`` entries
+    (columns < 140), groups of 8 lanes of 2 entries and HP's ``options``, each checked against
+    float64; returns (A, its device copy)."""
+    rng = np.random.default_rng()
+    A = sp.csr_matrix(rows_of(rng, lengths, 140))
+    dev = CSR.from_scipy(A, dtype=np.float32)
+    for _ in range(2):
+        B = random_dense(rng, (140, 32), np.float32)
+        C = cuda.to_device(np.full((len(lengths), 32), np.nan, np.float32))
+        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, **options)
+        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+    return A, dev
+
+
 @pytest.mark.parametrize("single,zeroed", [(False, None), (True, False), (True, True)])
 @pytest.mark.parametrize("reduce", REDUCTIONS)
 def test_balanced_segments_give_the_same_product_call_after_call(reduce, single, zeroed):
@@ -479,16 +494,8 @@ def test_balanced_segments_give_the_same_product_call_after_call(reduce, single,
     with or without a memset before it): a hub row spanning several blocks, runs of empty rows
     and rows split across groups come out as with equal segments, the look-back's parts cleared
     after each call."""
-    rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5, 9, 40, 0, 1] + [1, 2, 0] * 12  # short rows last
-    A = sp.csr_matrix(rows_of(rng, lengths, 140))
-    dev = CSR.from_scipy(A, dtype=np.float32)
-    for _ in range(2):
-        B = random_dense(rng, (140, 32), np.float32)
-        C = cuda.to_device(np.full((len(lengths), 32), np.nan, np.float32))
-        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=single, zeroed=zeroed,
-                   balanced=True)
-        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+    A, dev = _products_call_after_call(lengths, reduce, single=single, zeroed=zeroed, balanced=True)
     plan = _only_plan(dev)
     assert plan.balanced and plan.single == single and plan.block_order == "in_order" and plan.grid[0] >= 3
     starts = plan.bounds.copy_to_host()[:plan.grid[0] * 16 + 1]
@@ -547,16 +554,8 @@ def test_shuffled_rows_give_the_same_product_call_after_call(reduce, zeroed):
     """The single launch on the rows in a random order (entries read through the map, each row
     stored to its own place in C): rows split across groups and blocks, runs of empty rows
     (zeroed by the kernel or by a memset), the parts' flags cleared after each call."""
-    rng = np.random.default_rng()
     lengths = [0, 20, 3, 0, 60, 1, 0, 0, 17, 2, 130, 0, 5, 9, 40, 0, 1, 0, 0, 0]  # blocks of 16 groups x 2 entries
-    A = sp.csr_matrix(rows_of(rng, lengths, 140))
-    dev = CSR.from_scipy(A, dtype=np.float32)
-    for _ in range(2):
-        B = random_dense(rng, (140, 32), np.float32)
-        C = cuda.to_device(np.full((len(lengths), 32), np.nan, np.float32))
-        hp.spmm_hp(dev, cuda.to_device(B), C, reduce, nnz_per_group=2, lanes=8, single=True, zeroed=zeroed,
-                   shuffled=True)
-        assert_close(C.copy_to_host(), spmm_reference(A, B, reduce), np.float32)
+    _, dev = _products_call_after_call(lengths, reduce, single=True, zeroed=zeroed, shuffled=True)
     plan = _only_plan(dev)
     assert plan.shuffled and plan.zeroed == zeroed and plan.indptr is not dev.indptr and plan.order_stride == 1
     (parts,) = dev.cache.sections["scratch"].values()
