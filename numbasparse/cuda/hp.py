@@ -1112,7 +1112,8 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
                             None if out_fmt == fmt else out_fmt, accumulate, single and block_order != "in_order",
                             zeroed, shuffled, balanced)
     if balanced:
-        bounds, group_rows, fill_rows = balanced_segments(A, grid[0], block_groups)
+        bounds, group_rows = balanced_segments(A, grid[0], block_groups)
+        fill_rows = balanced_rows_to_fill(A, grid[0], block_groups) if not single and merges_in_block(code) else None
     else:
         bounds = A.cache.get_or_build("plans", ("no bounds",), lambda: cuda.device_array(1, A.index_dtype))
         group_rows = pattern_fact(A, "segment_rows", nnz_per_group, shuffled=shuffled)
@@ -1130,19 +1131,31 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
 
 
 def balanced_segments(A, blocks, block_groups):
-    """(bounds, group_rows, rows_to_fill) of :func:`numbasparse.preprocess.rows.balanced_segments`
-    for A's rows in ``blocks`` blocks of ``block_groups`` groups, on the device in A's index dtype
-    (32-bit bounds where they fit: fewer registers), the rows crossing blocks or empty None if
-    none; once per pattern and grid, in A's cache."""
+    """(bounds, group_rows) of :func:`numbasparse.preprocess.rows.balanced_segments` for A's rows
+    in ``blocks`` blocks of ``block_groups`` groups, on the device in A's index dtype (32-bit
+    bounds where they fit: fewer registers); once per pattern and grid, in A's cache."""
     def build():
-        bounds = row_prep.balanced_segments(A.host_indptr, blocks, block_groups, ROW_END_COST).astype(A.index_dtype)
-        groups = blocks * block_groups
-        starts = bounds[:groups + 1]
-        group_rows = row_prep.segment_rows_at(A.host_indptr, starts[:-1], A.index_dtype)
-        fill = row_prep.rows_to_fill(A.host_indptr, starts[::block_groups], A.index_dtype)
-        with device.allocating("HP-SpMM's balanced segments", bounds.nbytes + group_rows.nbytes + fill.nbytes):
-            return cuda.to_device(bounds), cuda.to_device(group_rows), cuda.to_device(fill) if fill.size else None
+        bounds = _balanced_bounds(A, blocks, block_groups).astype(A.index_dtype)
+        group_rows = row_prep.segment_rows_at(A.host_indptr, bounds[:blocks * block_groups], A.index_dtype)
+        with device.allocating("HP-SpMM's balanced segments", bounds.nbytes + group_rows.nbytes):
+            return cuda.to_device(bounds), cuda.to_device(group_rows)
     return A.cache.get_or_build("plans", ("balanced segments", blocks, block_groups, ROW_END_COST), build)
+
+
+def balanced_rows_to_fill(A, blocks, block_groups):
+    """The rows that the filled launch's block merge cannot store alone on balanced segments
+    (:func:`numbasparse.preprocess.rows.rows_to_fill`), on the device, None if none."""
+    def build():
+        block_starts = _balanced_bounds(A, blocks, block_groups)[:blocks * block_groups + 1:block_groups]
+        rows = row_prep.rows_to_fill(A.host_indptr, block_starts, A.index_dtype)
+        return cuda.to_device(rows) if rows.size else None
+    return A.cache.get_or_build("plans", ("balanced rows to fill", blocks, block_groups, ROW_END_COST), build)
+
+
+def _balanced_bounds(A, blocks, block_groups):
+    """:func:`numbasparse.preprocess.rows.balanced_segments` of A on the host (int64), once."""
+    return A.cache.get_or_build("plans", ("balanced bounds", blocks, block_groups, ROW_END_COST),
+                                lambda: row_prep.balanced_segments(A.host_indptr, blocks, block_groups, ROW_END_COST))
 
 
 def _scratch(A, key, plan, n, dtype, stream):

@@ -33,11 +33,13 @@ def rows_to_fill(indptr, block_nnz, index_dtype):
     before the kernel runs."""
     indptr = np.asarray(indptr, np.int64)
     start, end = indptr[:-1], indptr[1:]
-    if np.ndim(block_nnz):
-        block_of = lambda p: np.searchsorted(block_nnz, p, side="right")  # noqa: E731
+    if np.ndim(block_nnz):  # each row's blocks counted from the (few) block starts, not searched per row
+        def block_of(positions):  # (positions sorted: the block starts at or before each)
+            at = np.searchsorted(positions, np.asarray(block_nnz, np.int64), side="left")
+            return np.cumsum(np.bincount(at, minlength=positions.size + 1)[:positions.size])
+        crossing = block_of(start) != block_of(end - 1)
     else:
-        block_of = lambda p: p // block_nnz  # noqa: E731
-    crossing = block_of(start) != block_of(end - 1)
+        crossing = (start // block_nnz) != ((end - 1) // block_nnz)
     return np.flatnonzero(crossing | (start == end)).astype(index_dtype)
 
 
@@ -105,10 +107,10 @@ def balanced_segments(indptr, blocks, block_groups, row_end_cost):
     nnz = int(indptr[-1])
     groups = blocks * block_groups
     lengths = np.diff(indptr)
-    work = indptr + row_end_cost * np.concatenate(([0], np.cumsum(lengths > 0)))  # before each row
-    targets = np.arange(groups, dtype=np.float64) * (float(work[-1]) / groups)
+    work = indptr + row_end_cost * np.concatenate(([0], np.cumsum(lengths > 0, dtype=np.int64)))  # before each row
+    targets = (np.arange(groups, dtype=np.float64) * (float(work[-1]) / groups)).astype(work.dtype)
     rows = np.minimum(np.searchsorted(work, targets, side="right") - 1, lengths.size - 1)
-    starts = indptr[rows] + np.minimum(np.floor(targets - work[rows]).astype(np.int64), lengths[rows])
+    starts = indptr[rows] + np.minimum(targets - work[rows], lengths[rows])
     step = np.arange(groups, dtype=np.int64)
     starts = np.minimum(np.maximum.accumulate(starts - step) + step, nnz)  # never an empty group before the end
     starts = np.append(starts, nnz)
