@@ -152,7 +152,7 @@ for name, A0, _, _ in weighted_graphs(args.folder, np.random.default_rng(0)):
             predicted = {order: hp.predicted_time(dev, block_nnz, order) for order in hp.BLOCK_ORDERS}
             predicted["mixed"] = hp.predicted_time(dev, block_nnz, "in_order", mixed=True)
             print(json.dumps(dict(graph=name, copy=label, n=n, dtype=args.dtype, single=plan.single,
-                                  block_order=plan.block_order, shuffled=plan.shuffled,
+                                  block_order=plan.block_order, shuffled=plan.shuffled, balanced=plan.balanced,
                                   nnz_per_group=plan.nnz_per_group, blocks=blocks, predicted=predicted, us=us,
                                   bad=bad)), flush=True)
             gain = predicted["in_order"] / min(predicted.values())  # (over orders the rule may not take)

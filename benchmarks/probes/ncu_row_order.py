@@ -30,7 +30,7 @@ for label, A, shuffled in variants:
     A.sort_indices()
     dev = CSR.from_scipy(A)
     C = cuda.device_array((A.shape[0], n), np.float32)
-    hp.spmm_hp(dev, B, C, "sum", single=True, block_order="in_order", shuffled=shuffled)
+    hp.spmm_hp(dev, B, C, "sum", single=True, block_order="in_order", shuffled=shuffled, balanced=False)
     cuda.synchronize()
     err = np.linalg.norm(C.copy_to_host() - A.astype(np.float64) @ B.copy_to_host()) / np.linalg.norm(
         A.astype(np.float64) @ B.copy_to_host())

@@ -47,13 +47,18 @@ def kernel_configs():
                                 f"{reduce} {value}/{index}",
                                 hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, True, None, False, True),
                                 hp_spmm(csr, I, V[:, ::1], V[:, ::1])))
-        for reduce, code in reductions.CODES.items():  # balanced segments (the rule), both launch modes
-            for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1), (32, 4, 1, 1), (8, 4, 1, 1)):
+        for reduce, code in reductions.CODES.items():  # balanced segments (the rule for whole warps)
+            for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1), (32, 4, 1, 1), (32, 2, 1, 1), (32, 1, 1, 1)):
                 for single in (False, True):
                     configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single={single} "
                                     f"balanced {reduce} {value}/{index}",
                                     hp.spmm_hp_kernel(code, lanes, vec, cf, value, index, depth, single, balanced=True),
                                     hp_spmm(csr, I, V[:, ::1], V[:, ::1])))
+        for lanes, vec, cf in ((32, 4, 1), (32, 4, 2)):  # C += A B on balanced segments
+            configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} accumulate balanced sum {value}/{index}",
+                            hp.spmm_hp_kernel(reductions.SUM, lanes, vec, cf, value, index, 1, False, None, True,
+                                              balanced=True),
+                            hp_spmm(csr, I, V[:, ::1], V[:, ::1])))
         for reduce, code in reductions.CODES.items():  # the single launch on shuffled rows (whole warps)
             for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1)):
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=True shuffled "
@@ -135,13 +140,16 @@ def kernel_configs():
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True),
                                 hp_spmm(csr, I, H[:, ::1], H[:, ::1])))
-            for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1), (8, 4, 1, 1)):  # the filled launch into a
-                configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=False {reduce} {fmt}"
-                                f"/float32", hp.spmm_hp_kernel(code, lanes, vec, cf, fmt, "<i4", depth, False, "<f4"),
-                                hp_spmm(csr, I, H[:, ::1], numba.float32[:, ::1])))  # float32 workspace (or
-            # out=), float32 layouts
-            for lanes, vec, depth, zeroed in ((8, 4, 1, False), (32, 4, 4, False), (32, 8, 4, False),
-                                              (32, 8, 4, True)):  # balanced segments (the rule)
+            # the filled launch into a float32 workspace (or out=), float32 layouts, either segments
+            for lanes, vec, cf, depth in ((32, 4, 1, 2), (32, 4, 2, 1), (8, 4, 1, 1)):
+                for balanced in (False, True) if lanes == hp.WARP else (False,):
+                    configs.append((f"spmm_hp lanes={lanes} vec={vec} cf={cf} depth={depth} single=False"
+                                    f"{' balanced' if balanced else ''} {reduce} {fmt}/float32",
+                                    hp.spmm_hp_kernel(code, lanes, vec, cf, fmt, "<i4", depth, False, "<f4",
+                                                      balanced=balanced),
+                                    hp_spmm(csr, I, H[:, ::1], numba.float32[:, ::1])))
+            for lanes, vec, depth, zeroed in ((32, 4, 4, False), (32, 8, 4, False), (32, 4, 4, True),
+                                              (32, 8, 4, True)):  # balanced segments (the rule, whole warps)
                 configs.append((f"spmm_hp lanes={lanes} vec={vec} depth={depth} single=True balanced"
                                 f"{' zeroed' if zeroed else ''} {reduce} {fmt}",
                                 hp.spmm_hp_kernel(code, lanes, vec, 1, fmt, "<i4", depth, True, zeroed=zeroed,

@@ -5,11 +5,11 @@ Dynamic Task Partition (:func:`spmm_nnz_per_group`, :func:`nnz_per_warp`), whate
 fall in, so a heavy row is spread over many warps and light rows are packed into one:
 edge-parallel balance with node-parallel accumulation.  Where SpMM's groups are whole warps the
 segments carry the same predicted work instead, a row end counting as ROW_END_COST entries
-(:func:`numbasparse.preprocess.rows.balanced_segments`), so that blocks of short rows do not
-outlast the others.  Unlike the paper's hybrid CSR/COO format, no COO row array is stored: the
-row of each segment's first nonzero is found once on the host
-(:func:`numbasparse.preprocess.rows.segment_rows`) and a warp walks ``indptr`` from there as its
-nonzeros cross row ends.
+(:func:`numbasparse.preprocess.rows.balanced_segments`; :func:`balances` says where), so that
+blocks of short rows do not outlast the others.  Unlike the paper's hybrid CSR/COO format, no
+COO row array is stored: the row of each segment's first nonzero is found once on the host
+(:func:`numbasparse.preprocess.rows.segment_rows`, ``segment_rows_at``) and a warp walks
+``indptr`` from there as its nonzeros cross row ends.
 
 This module holds the family's launch rules (lane layout, gather depth, DTP and balanced
 segments, single launch, block order),
@@ -115,9 +115,9 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 #: slower in 22 of 24 cases.
 SINGLE_MAX_MEAN_ROW = 18
 #: HP-SpMM's lane groups take segments of equal predicted work rather than equal entries
-#: (:func:`numbasparse.preprocess.rows.balanced_segments`, the rule wherever A's own rows run in
-#: order): an entry's work plus ROW_END_COST entries' work per row ending in the segment.  Blocks
-#: of the same entries cost more where their rows are short (each row end is a store and a
+#: (:func:`numbasparse.preprocess.rows.balanced_segments`; the rule, :func:`balances`, for
+#: whole-warp groups on A's own rows in order): an entry's work plus ROW_END_COST entries' work
+#: per row ending in the segment.  Blocks of the same entries cost more where their rows are short (each row end is a store and a
 #: dependent ``indptr`` load), and where they run last the grid waits on them: Nsight Compute on
 #: coauthor-cs with its rows by decreasing length (single launch, N = 128, equal entries) found the
 #: same instructions as on its rows shuffled, but SMs busy 63% of the kernel's cycles against
@@ -137,7 +137,7 @@ ROW_END_COST = 4
 #: of ORDER_MIN_GAIN or more against A's own order (H200, filled launch, 90 cases: the predicted
 #: order ran at 0.994 of the per-case best of the three, BENCHMARKS.md "HP-SpMM's blocks in the
 #: order of their predicted cost").
-ORDER_MIN_GAIN = 1.05
+ORDER_MIN_GAIN = 1.05  # (measured with a row end of 2 entries; the decisions were the same for 1 to 8)
 BLOCK_ORDERS = ("in_order", "reversed", "scattered")
 #: The single launch takes another block order only scattered, only on long rows and where no
 #: row spans more than SCATTER_MAX_SPAN blocks after its first (:func:`order_blocks`; measured:
@@ -734,7 +734,7 @@ def spmm_hp_kernel(reduce_code, lanes, vec, cf, value_dtype, index_dtype, depth,
 
     Block b's groups are those of chunk ``b * order_stride % gridDim.x`` of the nonzeros: in
     order for a stride of 1, reversed or scattered for another stride coprime to the grid
-    (:func:`order_stride`, the tuner's alternatives to balanced segments);
+    (:func:`order_stride`; :func:`order_blocks` on segments of equal entries);
     ``order_inverse`` is the stride's inverse modulo the grid (chunk to block, for the
     look-back).  ``strided`` (single launch only): compiled for a stride other than 1; the single
     launch in order ignores both arguments (its look-back's search would cost registers).
@@ -1066,7 +1066,7 @@ def spmm_layout(A, n_cols, itemsize, B, *, stored=(), lanes=None):
 
 def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, accumulate=False, block_order=None,
                zeroed=None, shuffled=None, balanced=None):
-    """The launch plan of HP-SpMM for A (the layout, DTP, single-launch, row-order and
+    """The launch plan of HP-SpMM for A (the layout, DTP, single-launch, balanced-segment and
     block-order rules, or the given overrides)."""
     fmt = kernel_format(A.dtype)
     out_fmt = fmt if C.dtype == np.uint16 else kernel_format(C.dtype)  # float32 C of 16-bit operands: "<f4"
@@ -1184,8 +1184,8 @@ def spmm_hp(A, B, C, reduce, *, stream=0, nnz_per_group=None, lanes=None, layout
 
     Overrides of the rules, for tools and tests: ``nnz_per_group`` (DTP), ``lanes`` (group
     size), ``layout`` ((lanes, vec, cf)), ``depth`` (gather depth), ``single`` (launch mode),
-    ``balanced`` (the rule: segments of equal predicted work, ROW_END_COST, rather than equal
-    entries; False: equal entries), and on equal entries ``block_order`` (one of BLOCK_ORDERS,
+    ``balanced`` (segments of equal predicted work, ROW_END_COST, rather than equal entries: the
+    rule for whole-warp groups, :func:`balances`), and on equal entries ``block_order`` (one of BLOCK_ORDERS,
     :func:`order_stride`) and ``shuffled`` (the single launch on the rows in a seeded random
     order read through a map, :func:`shuffled_rows`; True implies ``single=True``, and
     ``single=False`` with it is a ValueError; either with ``balanced=True`` is a ValueError), and
@@ -1360,8 +1360,8 @@ def precompile_variants(A, B, X, reduce):
     """Launch every HP kernel variant of this width and dtype that ``auto`` may pick on some graph,
     for :func:`numbasparse.precompile`: HP-SpMM's gather depths x launch modes (16-bit C: the
     single launch, which ``auto`` takes for it, in order and scattered, each also after a memset of
-    C: :func:`zeroed_single`), on balanced segments (:func:`balances`, whole warps) and equal
-    ones, the wide tiles of :func:`wide_tiles` and, once per call with
+    C: :func:`zeroed_single`), on the segments the rule takes (:func:`balances`), the wide tiles
+    of :func:`wide_tiles` and, once per call with
     ``reduce="sum"``, HP-SDDMM's walk past runs of empty rows and (float32 and
     float64) the accumulating kernel of both depths
     (:func:`numbasparse.dispatch.spmm_add`, :mod:`numbasparse.distributed`'s pipeline).  Which
@@ -1373,16 +1373,16 @@ def precompile_variants(A, B, X, reduce):
     lanes, vec, cf = lane_layout(B.shape[1], C.dtype.itemsize, B)
     for depth in (1, (2 if half else 1) * GATHER_DEPTH):
         for single in (True,) if half else (True, False):  # auto writes a 16-bit C by the single launch
-            for balanced in (True, False) if lanes == WARP else (False,):
-                spmm_hp(A, B, C, reduce, depth=depth, single=single, block_order="in_order", zeroed=False,
-                        shuffled=False, balanced=balanced)
-        if half:  # the single launch scatters only on long rows, so for a 16-bit C (:func:`order_blocks`),
-            # and runs after a memset of C on graphs of long runs of empty rows (:func:`zeroed_single`)
-            for order, zeroed in (("scattered", False), ("in_order", True), ("scattered", True)):
-                spmm_hp(A, B, C, reduce, depth=depth, single=True, block_order=order, zeroed=zeroed,
-                        shuffled=False, balanced=False)
-            if lanes == WARP:
-                spmm_hp(A, B, C, reduce, depth=depth, single=True, zeroed=True, shuffled=False, balanced=True)
+            spmm_hp(A, B, C, reduce, depth=depth, single=single, block_order="in_order", zeroed=False,
+                    shuffled=False)  # (the rule's segments: balanced for whole warps)
+        if half:  # after a memset of C on graphs of long runs of empty rows (:func:`zeroed_single`), and on
+            # equal entries scattered (only on long rows, so for a 16-bit C: :func:`order_blocks`)
+            orders = ("in_order",) if balances(lanes, vec * cf, kernel_format(A.dtype), True) else (
+                "in_order", "scattered")
+            for order, zeroed in ((order, zeroed) for order in orders for zeroed in (False, True)):
+                if (order, zeroed) != ("in_order", False):
+                    spmm_hp(A, B, C, reduce, depth=depth, single=True, block_order=order, zeroed=zeroed,
+                            shuffled=False)
     if can_widen(lanes, vec, cf, B.shape[1], kernel_format(A.dtype)):
         for single in (True, False):
             spmm_hp(A, B, C, reduce, layout=(lanes, vec, 2), depth=1, single=single)

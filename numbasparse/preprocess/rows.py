@@ -102,7 +102,8 @@ def balanced_segments(indptr, blocks, block_groups, row_end_cost):
     after the last (``groups + 1`` values, rising by at least one until they reach nnz: a group
     is empty only after the last entry), then per block the chunk (block) holding the first
     entry of the row that crosses its start, and the chunk holding the last entry of the row
-    that crosses its end (the block itself where none does)."""
+    that crosses its end (the block itself where none does).  For a pattern with entries and at
+    least one block."""
     indptr = np.asarray(indptr, np.int64)
     nnz = int(indptr[-1])
     groups = blocks * block_groups

@@ -6,9 +6,10 @@ applied to the whole library.  One schedule space spans the CUDA kernel families
   is the fastest of a set that holds auto's, so it is never one that timed slower than auto's;
 - HP-SpMM around its rules: DTP's nonzeros per group halved and doubled, the other gather
   depth (not for lanes of 8 values, which would spill), the other launch mode (the filled launch
-  writes a 16-bit C through a float32 workspace and a rounding pass), segments of equal entries instead of the rule's of equal predicted work
-  (:data:`numbasparse.cuda.hp.ROW_END_COST`): the filled launch in each block order, the single
-  launch in order and scattered and on A's rows shuffled (:func:`numbasparse.cuda.hp.shuffled_rows`),
+  writes a 16-bit C through a float32 workspace and a rounding pass), the other segments than the
+  rule's (equal predicted work, :data:`numbasparse.cuda.hp.ROW_END_COST`, or equal entries: the
+  filled launch in each block order and the single launch in order and scattered), the single
+  launch on A's rows shuffled (:func:`numbasparse.cuda.hp.shuffled_rows`),
   and where whole-warp groups cover N in several column tiles, tiles of
   twice the columns (or, where the rule took those, :func:`numbasparse.cuda.hp.wide_tiles`, the
   narrow ones); HP-SDDMM: lane
@@ -300,15 +301,18 @@ def candidates(A, op, n_cols, dtype, reduce="sum", operands=None, families=FAMIL
             if rule != "hp":
                 ranked.append(Candidate.of("hp"))
             ranked += [Candidate.of("hp", nnz_per_group=g, depth=d, single=bool(s)) for g, d, s in around]
-            # equal entries per segment instead of balanced ones (hp.ROW_END_COST): the filled launch in
-            # every block order, the single launch in order and scattered (its look-back follows any)
-            # and on A's rows in a random order read through a map (hp.shuffled_rows)
-            if plan.single:
-                ranked += [Candidate.of("hp", single=True, balanced=False, block_order=order, shuffled=False)
-                           for order in ("in_order", "scattered")]
-                if hp.row_map_fits(A):
-                    ranked.append(Candidate.of("hp", single=True, shuffled=True))
-            ranked += [Candidate.of("hp", single=False, balanced=False, block_order=order) for order in hp.BLOCK_ORDERS]
+            # the other segments: equal predicted work where the rule takes equal entries, else equal
+            # entries, the filled launch in each block order and the single launch in order and
+            # scattered (its look-back follows any), except the rule's own plan; and the single
+            # launch on A's rows in a random order read through a map (hp.shuffled_rows)
+            if not plan.balanced:
+                ranked.append(Candidate.of("hp", balanced=True, block_order="in_order", shuffled=False))
+            ranked += [Candidate.of("hp", single=single, balanced=False, block_order=order, shuffled=False)
+                       for single, orders in ((True, ("in_order", "scattered")), (False, hp.BLOCK_ORDERS))
+                       if plan.single or not single for order in orders
+                       if plan.balanced or (single, order) != (plan.single, plan.block_order)]
+            if plan.single and hp.row_map_fits(A):
+                ranked.append(Candidate.of("hp", single=True, shuffled=True))
             # HP's layout neighbour where whole warps cover N in several tiles: tiles of twice or
             # half the columns, whichever the rule (hp.wide_tiles) did not take
             if lanes == hp.WARP and cf == 2:  # (whole-warp groups take two vectors only as wide tiles)

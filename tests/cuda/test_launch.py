@@ -337,13 +337,12 @@ def test_a_kernel_factory_takes_positional_or_keyword_parameters_only():
 @pytest.mark.parametrize("n", [8, 128])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_precompile_makes_every_hp_variant_of_a_width(dtype, n, monkeypatch):
-    """Which HP-SpMM variant auto runs (gather depth, launch mode, balanced or equal segments, the
-    single launch's block order) depends on the graph: precompile makes all of them for each width
-    and dtype, 16-bit ones in their single launch only (in order and scattered: on long rows it
-    runs for them alone; each also after a memset of C, for graphs of long runs of empty rows),
-    balanced segments where whole warps cover N (N = 128: both launch modes, the accumulating
-    kernel, a 16-bit C's single launch after a memset too), HP-SDDMM's walk past runs of empty rows
-    and the accumulating kernel (float32, float64)."""
+    """Which HP-SpMM variant auto runs (gather depth, launch mode, the single launch's block order
+    and memset) depends on the graph: precompile makes all of them for each width and dtype, on the
+    segments the rule takes (balanced where whole warps cover N: N = 128), 16-bit ones in their
+    single launch only (also after a memset of C, for graphs of long runs of empty rows, and on
+    equal entries scattered: on long rows it runs for them alone), HP-SDDMM's walk past runs of
+    empty rows and the accumulating kernel (float32, float64)."""
     import scipy.sparse as sp
     from numbasparse import aot, arrays, csr
     from numbasparse.cuda import hp
@@ -374,15 +373,13 @@ def test_precompile_makes_every_hp_variant_of_a_width(dtype, n, monkeypatch):
     rng = np.random.default_rng(0)
     B, X = (arrays.to_device(rng.standard_normal(shape).astype(dtype)) for shape in ((5, n), (6, n)))
     hp.precompile_variants(A, *aot._kernel_operands(A, B, X), "sum")
-    whole_warps = n == 128
+    whole_warps = n == 128  # (balanced segments; groups sharing a warp: equal ones, in any block order)
     if dtype.itemsize == 2:
         expected = [(d, True) + extra for d in (1, 4) for extra in
-                    ((), ("strided",), ("strided", "zeroed"), ("zeroed",))]
-        if whole_warps:
-            expected += [(d, True) + extra for d in (1, 4) for extra in (("balanced",), ("zeroed", "balanced"))]
+                    ((("balanced",), ("zeroed", "balanced")) if whole_warps else
+                     ((), ("strided",), ("strided", "zeroed"), ("zeroed",)))]
     else:
-        equal = [(1, False), (1, True), (2, False), (2, True)]
-        adds = [(1, False, "adds"), (2, False, "adds")]
-        expected = equal + ([d + ("balanced",) for d in equal + adds] if whole_warps else adds)
+        kernels = [(1, False), (1, True), (2, False), (2, True), (1, False, "adds"), (2, False, "adds")]
+        expected = [k + ("balanced",) for k in kernels] if whole_warps else kernels
     assert sorted(made) == sorted(expected)
     assert skipping == [True]  # HP-SDDMM's walk past runs of empty rows, which these graphs lack

@@ -178,21 +178,31 @@ def test_hp_is_also_tried_with_the_narrow_tiles_where_the_rule_takes_wide_ones(m
     assert {dict(c.params).get("depth") for c in ranked if c.family == "hp"} <= {None, 1}  # depth 2 would spill
 
 
-def test_hp_is_also_tried_on_equal_entries_in_every_block_order_and_row_order(monkeypatch):
-    """The rule's segments are balanced; the tuner also times segments of equal entries: the
-    filled launch in every block order, the single launch in order and scattered and on A's rows
-    shuffled (where the rule takes the single launch; a 16-bit C takes it)."""
+def test_hp_is_also_tried_on_the_segments_and_orders_the_rule_did_not_take(monkeypatch):
+    """Where the rule balances the segments (whole warps: N = 128), the tuner also times equal
+    entries: the filled launch in every block order and, where the rule takes the single launch,
+    the single launch in order and scattered and on A's rows shuffled; where it takes equal
+    entries (groups sharing a warp: N = 40), balanced segments, and the equal-entry plans other
+    than the rule's own."""
     from numbasparse.cuda import hp
 
     _, dev = _graph()
-    filled = {tuner.Candidate.of("hp", single=False, balanced=False, block_order=order) for order in hp.BLOCK_ORDERS}
-    single = {tuner.Candidate.of("hp", single=True, balanced=False, block_order=order, shuffled=False)
-              for order in ("in_order", "scattered")} | {tuner.Candidate.of("hp", single=True, shuffled=True)}
-    half = set(tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100))
-    assert filled <= half and single <= half
+
+    def equal(single, order):
+        return tuner.Candidate.of("hp", single=single, balanced=False, block_order=order, shuffled=False)
+
+    filled = {equal(False, order) for order in hp.BLOCK_ORDERS}
+    single = {equal(True, order) for order in ("in_order", "scattered")}
+    shuffled = tuner.Candidate.of("hp", single=True, shuffled=True)
+    balanced = tuner.Candidate.of("hp", balanced=True, block_order="in_order", shuffled=False)
+    half = set(tuner.candidates(dev.astype(np.float16), "spmm", 128, np.float16, device=H100))
+    assert filled <= half and single <= half and shuffled in half and balanced not in half
+    narrow = set(tuner.candidates(dev.astype(np.float16), "spmm", 40, np.float16, device=H100))
+    assert balanced in narrow and equal(True, "scattered") in narrow and equal(True, "in_order") not in narrow
     monkeypatch.setattr(hp, "single_launch", lambda *args: False)  # the filled launch: no row order to try
-    ranked = set(tuner.candidates(dev, "spmm", 40, np.float32, device=H100))
-    assert filled <= ranked and not any("shuffled" in dict(c.params) for c in ranked)
+    ranked = set(tuner.candidates(dev, "spmm", 128, np.float32, device=H100))
+    assert filled <= ranked and not single & ranked and not any("shuffled" in dict(c.params) and
+                                                               dict(c.params)["shuffled"] for c in ranked)
 
 
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
