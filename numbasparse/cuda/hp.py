@@ -1042,8 +1042,8 @@ def _shuffled_order(A):
 
 def shuffled_rows(A):
     """A's rows in :func:`numbasparse.preprocess.rows.shuffled_rows`' seeded order, as the
-    mapped kernel (``spmm_hp(..., shuffled=True)``) reads them: (that order's ``indptr``, in A's index dtype;
-    ``remap``, int32) on the device, uploaded once per pattern, in A's cache."""
+    mapped kernel (``spmm_hp(..., shuffled=True)``) reads them: (that order's ``indptr``, in A's
+    index dtype; ``remap``, int32) on the device, uploaded once per pattern, in A's cache."""
     def build():
         indptr, remap = _shuffled_order(A)
         with device.allocating("HP-SpMM's row map", remap.size * 4 + indptr.size * A.indptr.dtype.itemsize):
@@ -1113,14 +1113,13 @@ def _spmm_plan(A, code, n, B, C, nnz_per_group, lanes, layout, depth, single, ac
                             zeroed, shuffled, balanced)
     if balanced:
         bounds, group_rows = balanced_segments(A, grid[0], block_groups)
+        # (max and min's filled launch fills the rows its block merge cannot store)
         fill_rows = balanced_rows_to_fill(A, grid[0], block_groups) if not single and merges_in_block(code) else None
     else:
         bounds = A.cache.get_or_build("plans", ("no bounds",), lambda: cuda.device_array(1, A.index_dtype))
         group_rows = pattern_fact(A, "segment_rows", nnz_per_group, shuffled=shuffled)
         fill_rows = (pattern_fact(A, "rows_to_fill", block_groups * nnz_per_group)
                      if not single and merges_in_block(code) else None)
-    if single or not merges_in_block(code):  # (max and min fill the rows their block merge cannot store)
-        fill_rows = None
     # the filled kernel takes (and never reads) the single launch's scratch argument, a kernel on
     # A's own rows the row map
     unused = None if single else cuda.device_array(1, np.uint64)
