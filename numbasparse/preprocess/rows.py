@@ -102,8 +102,8 @@ def balanced_segments(indptr, blocks, block_groups, row_end_cost):
     after the last (``groups + 1`` values, rising by at least one until they reach nnz: a group
     is empty only after the last entry), then per block the chunk (block) holding the first
     entry of the row that crosses its start, and the chunk holding the last entry of the row
-    that crosses its end (the block itself where none does).  For a pattern with entries and at
-    least one block."""
+    that crosses its end (the block itself where none does).  For at least one row and one block
+    (a pattern without entries: every segment empty)."""
     indptr = np.asarray(indptr, np.int64)
     nnz = int(indptr[-1])
     groups = blocks * block_groups
@@ -117,8 +117,9 @@ def balanced_segments(indptr, blocks, block_groups, row_end_cost):
     starts = np.append(starts, nnz)
     block_starts = starts[::block_groups]  # blocks + 1 values
     chunk_of = lambda p: np.searchsorted(block_starts[:-1], p, side="right") - 1  # noqa: E731
-    head_rows = np.searchsorted(indptr, np.minimum(block_starts[:-1], max(nnz - 1, 0)), side="right") - 1
-    tail_rows = np.searchsorted(indptr, np.maximum(block_starts[1:] - 1, 0), side="right") - 1
+    last_row = lengths.size - 1  # (the row of a position: searched among the rows' starts, capped)
+    head_rows = np.minimum(np.searchsorted(indptr, block_starts[:-1], side="right") - 1, last_row)
+    tail_rows = np.minimum(np.searchsorted(indptr, np.maximum(block_starts[1:] - 1, 0), side="right") - 1, last_row)
     heads = np.where(indptr[head_rows] < block_starts[:-1], chunk_of(indptr[head_rows]), np.arange(blocks))
     tails = np.where(indptr[tail_rows + 1] > block_starts[1:], chunk_of(indptr[tail_rows + 1] - 1), np.arange(blocks))
     return np.concatenate((starts, heads, tails)).astype(np.int64)

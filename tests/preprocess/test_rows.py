@@ -53,6 +53,11 @@ def test_balanced_segments_give_groups_equal_work_and_blocks_their_crossing_rows
         assert tails[b] == (chunk(indptr[tail_row + 1] - 1) if indptr[tail_row + 1] > hi else b)
 
 
+def test_balanced_segments_of_a_pattern_without_entries_are_empty():
+    bounds = rows.balanced_segments(np.array([0, 0, 0]), 2, 2, 4)
+    assert bounds.tolist() == [0] * 5 + [0, 1] + [0, 1]
+
+
 def test_empty_rows_per_group_and_crossing_span():
     indptr = np.array([0, 0, 0, 4, 4, 9, 9, 9, 9, 12, 12])  # empty rows at 0, 0, 4, 9, 9, 9, 12
     assert rows.empty_rows_per_group(indptr, 4) == 4  # groups [0,4) [4,8) [8,12): 2, 1, 3 + 1 after the end
