@@ -116,16 +116,16 @@ MAX_ZEROED_ROWS, MAX_SINGLE_LAUNCH_SPAN = 32, 64
 SINGLE_MAX_MEAN_ROW = 18
 #: HP-SpMM's lane groups take segments of equal predicted work rather than equal entries
 #: (:func:`numbasparse.preprocess.rows.balanced_segments`; the rule, :func:`balances`, for
-#: whole-warp groups on A's own rows in order): an entry's work plus ROW_END_COST entries' work
-#: per row ending in the segment.  Blocks of the same entries cost more where their rows are short (each row end is a store and a
-#: dependent ``indptr`` load), and where they run last the grid waits on them: Nsight Compute on
-#: coauthor-cs with its rows by decreasing length (single launch, N = 128, equal entries) found the
-#: same instructions as on its rows shuffled, but SMs busy 63% of the kernel's cycles against
-#: 82%.  Measured (H200, sum, N = 128 / 256, kernel time, BENCHMARKS.md "HP-SpMM's segments of
-#: equal predicted work"): 15 shared graphs in their own ids and with rows by decreasing and
-#: increasing length, a row end costing 1, 2 and 4 entries: 4 ran fastest (float32 1.100x the
-#: rules of equal entries, 90 cases; bfloat16 1.240x, 36 cases), 1 slowest.  A's rows shuffled
-#: through a map (``shuffled``) stay for the tuner, on equal entries.
+#: whole-warp groups on A's own rows in order): an entry's work plus ROW_END_COST entries' work per
+#: row ending in the segment.  Blocks of the same entries cost more where their rows are short (each
+#: row end is a store and a dependent ``indptr`` load), and where they run last the grid waits on
+#: them: Nsight Compute on coauthor-cs with its rows by decreasing length (single launch, N = 128,
+#: equal entries) found the same instructions as on its rows shuffled, but SMs busy 63% of the
+#: kernel's cycles against 82%.  Measured (H200, sum, N = 128 / 256, kernel time, BENCHMARKS.md
+#: "HP-SpMM's segments of equal predicted work"): 15 shared graphs in their own ids and with rows by
+#: decreasing and increasing length, a row end costing 1, 2 and 4 entries: 4 ran fastest (float32
+#: 1.100x the rules of equal entries, 90 cases; bfloat16 1.240x, 36 cases), 1 slowest.  A's rows
+#: shuffled through a map (``shuffled``) stay for the tuner, on equal entries.
 ROW_END_COST = 4
 #: ... where HP-SpMM's lane groups are whole warps (narrower groups share a warp and run its loop
 #: together, so a warp's groups of unequal entries wait on the longest: through ``auto`` at
@@ -1134,7 +1134,7 @@ def balanced_segments(A, blocks, block_groups):
     in ``blocks`` blocks of ``block_groups`` groups, on the device in A's index dtype (32-bit
     bounds where they fit: fewer registers); once per pattern and grid, in A's cache."""
     def build():
-        bounds = _balanced_bounds(A, blocks, block_groups).astype(A.index_dtype)
+        bounds = pattern_fact(A, "balanced_segments", blocks, block_groups, ROW_END_COST).astype(A.index_dtype)
         group_rows = row_prep.segment_rows_at(A.host_indptr, bounds[:blocks * block_groups], A.index_dtype)
         with device.allocating("HP-SpMM's balanced segments", bounds.nbytes + group_rows.nbytes):
             return cuda.to_device(bounds), cuda.to_device(group_rows)
@@ -1145,16 +1145,11 @@ def balanced_rows_to_fill(A, blocks, block_groups):
     """The rows that the filled launch's block merge cannot store alone on balanced segments
     (:func:`numbasparse.preprocess.rows.rows_to_fill`), on the device, None if none."""
     def build():
-        block_starts = _balanced_bounds(A, blocks, block_groups)[:blocks * block_groups + 1:block_groups]
+        bounds = pattern_fact(A, "balanced_segments", blocks, block_groups, ROW_END_COST)
+        block_starts = bounds[:blocks * block_groups + 1:block_groups]
         rows = row_prep.rows_to_fill(A.host_indptr, block_starts, A.index_dtype)
         return cuda.to_device(rows) if rows.size else None
     return A.cache.get_or_build("plans", ("balanced rows to fill", blocks, block_groups, ROW_END_COST), build)
-
-
-def _balanced_bounds(A, blocks, block_groups):
-    """:func:`numbasparse.preprocess.rows.balanced_segments` of A on the host (int64), once."""
-    return A.cache.get_or_build("plans", ("balanced bounds", blocks, block_groups, ROW_END_COST),
-                                lambda: row_prep.balanced_segments(A.host_indptr, blocks, block_groups, ROW_END_COST))
 
 
 def _scratch(A, key, plan, n, dtype, stream):

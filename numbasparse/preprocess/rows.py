@@ -17,8 +17,7 @@ def segment_rows(indptr, nnz_per_segment, index_dtype):
     ``index_dtype``), so that a warp need not binary-search ``indptr`` (a chain of ~log2(M)
     dependent loads, most of a short segment's time) to find where its work starts."""
     indptr = np.asarray(indptr)
-    starts = np.arange(0, int(indptr[-1]), nnz_per_segment, dtype=np.int64)
-    return (np.searchsorted(indptr, starts, side="right") - 1).astype(index_dtype)
+    return segment_rows_at(indptr, np.arange(0, int(indptr[-1]), nnz_per_segment, dtype=np.int64), index_dtype)
 
 
 def nonempty_rows(indptr):
@@ -126,8 +125,8 @@ def balanced_segments(indptr, blocks, block_groups, row_end_cost):
 
 
 def segment_rows_at(indptr, starts, index_dtype):
-    """The row holding each of the entries ``starts`` (:func:`segment_rows` for segments of
-    any length; a start at nnz gets the last row + 1, never read)."""
+    """The row holding each of the entries ``starts`` (segments of any length, as
+    :func:`balanced_segments` makes; a start at nnz gets the last row + 1, never read)."""
     return (np.searchsorted(np.asarray(indptr), starts, side="right") - 1).astype(index_dtype)
 
 
